@@ -1,0 +1,123 @@
+"""The one place where settings passed by `accelerate-core launch` are read back.
+
+The launcher turns its config file and flags into environment variables (`to_environ`); every
+process it starts builds `Accelerator()`, whose connector reads them with `from_environ`. No other
+module reads these variables. A field left as None means "the launcher said nothing about it".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from accelerate_core.errors import InvalidSettingError, explain
+
+PREFIX = "ACCELERATE_CORE_"
+
+BACKENDS = ("single", "ddp", "deepspeed")
+MIXED_PRECISIONS = ("no", "fp16", "bf16")
+ZERO_STAGES = (0, 1, 2, 3)
+OFFLOAD_DEVICES = ("none", "cpu")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """What the launcher decided, as seen by one process."""
+
+    backend: str | None = None  # one of BACKENDS
+    mixed_precision: str | None = None  # one of MIXED_PRECISIONS
+    cpu: bool | None = None
+    zero_stage: int | None = None
+    gradient_accumulation_steps: int | None = None
+    gradient_clipping: float | None = None
+    offload_optimizer_device: str | None = None  # one of OFFLOAD_DEVICES
+    offload_param_device: str | None = None
+    # Opt-in to DeepSpeed fp16 on a CPU without native fp16 (an emulation, labelled as such).
+    cpu_fp16_emulation: bool | None = None
+
+    @staticmethod
+    def variable(field_name: str) -> str:
+        return PREFIX + field_name.upper()
+
+    def to_environ(self) -> dict[str, str]:
+        """The variables to add to each process's environment (unset fields are left out)."""
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[self.variable(f.name)] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        return out
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> LaunchSettings:
+        env = os.environ if environ is None else environ
+        raw = {f.name: env.get(cls.variable(f.name)) for f in fields(cls)}
+        return cls(
+            backend=_choice(raw, "backend", BACKENDS),
+            mixed_precision=_choice(raw, "mixed_precision", MIXED_PRECISIONS),
+            cpu=_flag(raw, "cpu"),
+            zero_stage=_integer(raw, "zero_stage", ZERO_STAGES),
+            gradient_accumulation_steps=_integer(raw, "gradient_accumulation_steps", None),
+            gradient_clipping=_number(raw, "gradient_clipping"),
+            offload_optimizer_device=_choice(raw, "offload_optimizer_device", OFFLOAD_DEVICES),
+            offload_param_device=_choice(raw, "offload_param_device", OFFLOAD_DEVICES),
+            cpu_fp16_emulation=_flag(raw, "cpu_fp16_emulation"),
+        )
+
+
+def _bad(name: str, value: str, valid: object) -> InvalidSettingError:
+    return InvalidSettingError(
+        explain(
+            f"environment variable {LaunchSettings.variable(name)}={value!r}",
+            "it is not a value the launcher writes",
+            str(valid),
+            "unset it, or start the script with `accelerate-core launch`, which sets it",
+        )
+    )
+
+
+def _choice(raw: dict[str, str | None], name: str, valid: tuple[str, ...]) -> str | None:
+    value = raw[name]
+    if value is None or value == "":
+        return None
+    if value.lower() not in valid:
+        raise _bad(name, value, valid)
+    return value.lower()
+
+
+def _flag(raw: dict[str, str | None], name: str) -> bool | None:
+    value = raw[name]
+    if value is None or value == "":
+        return None
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise _bad(name, value, _TRUE + _FALSE)
+
+
+def _integer(raw: dict[str, str | None], name: str, valid: tuple[int, ...] | None) -> int | None:
+    value = raw[name]
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise _bad(name, value, valid or "a whole number >= 1") from None
+    if (valid is not None and number not in valid) or (valid is None and number < 1):
+        raise _bad(name, value, valid or "a whole number >= 1")
+    return number
+
+
+def _number(raw: dict[str, str | None], name: str) -> float | None:
+    value = raw[name]
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise _bad(name, value, "a number") from None
