@@ -2,12 +2,24 @@
 
 A cell id is `{task}-{device}{processes}-{strategy}-{precision}` (DESIGN.md), e.g.
 `mlp-cpu2-zero3-bf16`. Task names use [a-z0-9_] only, so an id splits on '-' unambiguously.
+
+Public API (others rely on it; keep exact):
+  load_matrix(path=None) -> Matrix          read + validate matrix.toml (MatrixError on bad input)
+  select(cells, keyword, markexpr) -> list   -k / -m selection, pytest's grammar (selection.py)
+  Matrix.cells                              the default cells, in file order
+  Matrix.opt_in_cells                       cells only run when named (the canaries)
+  Matrix.expected_outcome(cell, env_name)   -> Expected | None (declared xfail + reason)
+  Matrix.environments                       name -> Environment (deepspeed installed / absent, CI)
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.matrix_file import Matrix
 
 TASK_NAME = re.compile(r"^[a-z0-9_]+$")
 DEVICES = ("cpu", "cuda")
@@ -75,3 +87,21 @@ class Cell:
             strategy=match["strategy"],
             precision=match["precision"],
         )
+
+
+def load_matrix(path: object = None) -> Matrix:
+    """Read and validate matrix/matrix.toml (or `path`); raises MatrixError with a clear message."""
+    from harness.matrix_file import load_matrix as _load
+
+    return _load(path)  # type: ignore[arg-type]
+
+
+def select(cells: list[Cell], keyword: str | None, markexpr: str | None) -> list[Cell]:
+    """Cells matching pytest-style `-k keyword` and `-m markexpr` (None: no filter), in order.
+
+    Returns [] when nothing matches: saying so clearly is the caller's job. Raises
+    SelectionError when an expression does not parse.
+    """
+    from harness.selection import select as _select
+
+    return _select(cells, keyword, markexpr)
