@@ -8,11 +8,12 @@ Cells are the product task x launch shape x strategy x precision, minus [[exclud
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from accelerate_core.errors import explain
 from harness.cells import DEVICES, PRECISIONS, STRATEGIES, TASK_NAME, Cell
@@ -86,15 +87,23 @@ def load_matrix(path: str | Path | None = None, known_tasks: Iterable[str] | Non
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise MatrixError(
-            explain(f"matrix file {str(file)!r}", f"it cannot be read ({exc.strerror})",
-                    "an existing TOML file", "pass --matrix PATH to an existing file")
+            explain(
+                f"matrix file {str(file)!r}",
+                f"it cannot be read ({exc.strerror})",
+                "an existing TOML file",
+                "pass --matrix PATH to an existing file",
+            )
         ) from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise MatrixError(
-            explain(f"matrix file {str(file)!r}", f"it is not valid TOML ({exc})", "TOML 1.0",
-                    "fix the syntax at the line and column named")
+            explain(
+                f"matrix file {str(file)!r}",
+                f"it is not valid TOML ({exc})",
+                "TOML 1.0",
+                "fix the syntax at the line and column named",
+            )
         ) from None
     return _build(file, raw, _known_tasks(known_tasks))
 
@@ -103,13 +112,15 @@ def _known_tasks(known: Iterable[str] | None) -> set[str] | None:
     if known is not None:
         return set(known)
     try:
-        from harness.tasks import task_names
+        from harness.tasks import task_names  # type: ignore[attr-defined,unused-ignore]
     except ImportError:  # registry not available yet: validate the name's shape only
         return None
     return set(task_names())
 
 
-def _bad(file: Path, where: str, given: object, why: str, valid: Iterable[object] | str, fix: str) -> MatrixError:
+def _bad(
+    file: Path, where: str, given: object, why: str, valid: Iterable[object] | str, fix: str
+) -> MatrixError:
     valid_text = valid if isinstance(valid, str) else ", ".join(repr(v) for v in valid)
     return MatrixError(explain(f"{file.name} {where} = {given!r}", why, valid_text, fix))
 
@@ -119,8 +130,12 @@ def _build(file: Path, raw: dict[str, Any], tasks: set[str] | None) -> Matrix:
         if key not in SECTIONS:
             raise _bad(file, "section", key, "it is not a known section", SECTIONS, "rename or remove it")
     axes = raw.get("axes", {})
-    valid_axes = {"task": sorted(tasks) if tasks is not None else None, "device": DEVICES,
-                  "strategy": STRATEGIES, "precision": PRECISIONS}
+    valid_axes = {
+        "task": sorted(tasks) if tasks is not None else None,
+        "device": DEVICES,
+        "strategy": STRATEGIES,
+        "precision": PRECISIONS,
+    }
     for name, values in axes.items():
         if name not in valid_axes:
             raise _bad(file, "[axes]", name, "it is not an axis", valid_axes, "use one of the axes")
@@ -160,7 +175,9 @@ def _build(file: Path, raw: dict[str, Any], tasks: set[str] | None) -> Matrix:
             elif cell not in cells:
                 cells.append(cell)
     expected = [_expected(file, i, entry, valid_axes) for i, entry in enumerate(raw.get("expected", []))]
-    environments = {name: _environment(file, name, body) for name, body in raw.get("environments", {}).items()}
+    environments = {
+        name: _environment(file, name, body) for name, body in raw.get("environments", {}).items()
+    }
     return Matrix(file, cells, opt_in, expected, environments, excluded, raw)
 
 
@@ -168,11 +185,23 @@ def _check_value(file: Path, where: str, axis: str, value: object, valid_axes: d
     valid = valid_axes[axis]
     if axis == "task":
         if not isinstance(value, str) or not TASK_NAME.match(value):
-            raise _bad(file, where, value, "a task name uses lowercase letters, digits and '_' only",
-                       "names like 'regression' or 'tiny_lm'", "rename the task")
+            raise _bad(
+                file,
+                where,
+                value,
+                "a task name uses lowercase letters, digits and '_' only",
+                "names like 'regression' or 'tiny_lm'",
+                "rename the task",
+            )
         if valid is not None and value not in valid and not value.startswith("canary"):
-            raise _bad(file, where, value, "no task of that name is registered", valid,
-                       "add the task under harness/tasks/ or fix the name")
+            raise _bad(
+                file,
+                where,
+                value,
+                "no task of that name is registered",
+                valid,
+                "add the task under harness/tasks/ or fix the name",
+            )
         return
     if value not in valid:
         raise _bad(file, where, value, f"it is not a valid {axis}", valid, f"use one of the {axis} values")
@@ -186,8 +215,14 @@ def _shapes(file: Path, entries: list[Any], valid_axes: dict[str, Any]) -> list[
         _check_value(file, where + ".device", "device", entry.get("device"), valid_axes)
         processes = entry.get("processes")
         if not isinstance(processes, int) or isinstance(processes, bool) or not 1 <= processes <= 64:
-            raise _bad(file, where + ".processes", processes, "it must be a whole number of processes",
-                       "1..64", "write e.g. processes = 2")
+            raise _bad(
+                file,
+                where + ".processes",
+                processes,
+                "it must be a whole number of processes",
+                "1..64",
+                "write e.g. processes = 2",
+            )
         for strategy in entry.get("strategies", []):
             _check_value(file, where + ".strategies", "strategy", strategy, valid_axes)
         out.append((entry["device"], processes, list(entry.get("strategies", []))))
@@ -203,7 +238,9 @@ def _only_keys(file: Path, where: str, entry: object, allowed: Iterable[str]) ->
             raise _bad(file, where, key, "it is not a known key", allowed, "rename or remove it")
 
 
-def _match(file: Path, where: str, entry: dict[str, Any], valid_axes: dict[str, Any], extra: tuple[str, ...]) -> Match:
+def _match(
+    file: Path, where: str, entry: dict[str, Any], valid_axes: dict[str, Any], extra: tuple[str, ...]
+) -> Match:
     _only_keys(file, where, entry, MATCH_KEYS + extra)
     values: dict[str, tuple[Any, ...]] = {}
     for key in MATCH_KEYS:
@@ -220,8 +257,14 @@ def _match(file: Path, where: str, entry: dict[str, Any], valid_axes: dict[str, 
 def _reason(file: Path, where: str, entry: dict[str, Any]) -> str:
     reason = entry.get("reason", "")
     if not isinstance(reason, str) or len(reason.strip()) < 10:
-        raise _bad(file, where + ".reason", reason, "every exclusion and expected outcome needs a reason",
-                   "a sentence of at least 10 characters", "say why, e.g. the upstream issue")
+        raise _bad(
+            file,
+            where + ".reason",
+            reason,
+            "every exclusion and expected outcome needs a reason",
+            "a sentence of at least 10 characters",
+            "say why, e.g. the upstream issue",
+        )
     return reason.strip()
 
 
@@ -230,7 +273,9 @@ def _expected(file: Path, i: int, entry: dict[str, Any], valid_axes: dict[str, A
     match = _match(file, where, entry, valid_axes, extra=("status", "reason", "environments"))
     status = entry.get("status", "xfailed")
     if status not in EXPECTED_STATUSES:
-        raise _bad(file, where + ".status", status, "not an expected outcome", EXPECTED_STATUSES, "use 'xfailed'")
+        raise _bad(
+            file, where + ".status", status, "not an expected outcome", EXPECTED_STATUSES, "use 'xfailed'"
+        )
     return Expected(match, status, _reason(file, where, entry), tuple(entry.get("environments", [])))
 
 
@@ -238,8 +283,14 @@ def _environment(file: Path, name: str, body: dict[str, Any]) -> Environment:
     where = f"[environments.{name}]"
     _only_keys(file, where, body, ("description", "deepspeed", "device", "extras", "runs_on", "markexpr"))
     if not isinstance(body.get("deepspeed"), bool):
-        raise _bad(file, where + ".deepspeed", body.get("deepspeed"), "it must say whether deepspeed is installed",
-                   (True, False), "write deepspeed = true or false")
+        raise _bad(
+            file,
+            where + ".deepspeed",
+            body.get("deepspeed"),
+            "it must say whether deepspeed is installed",
+            (True, False),
+            "write deepspeed = true or false",
+        )
     device = body.get("device", "cpu")
     if device not in DEVICES:
         raise _bad(file, where + ".device", device, "not a device", DEVICES, "use one of the devices")

@@ -30,9 +30,12 @@ def _compile(expr: str, flag: str) -> Callable[[Callable[..., bool]], bool]:
         compiled = Expression.compile(expr)
     except Exception as exc:  # pytest raises its own ParseError type (private, moves between versions)
         raise SelectionError(
-            explain(f"{flag} {expr!r}", f"it does not parse ({exc})",
-                    "names joined by and / or / not, with parentheses, as in pytest",
-                    f"e.g. {flag} 'zero3 and not bf16'")
+            explain(
+                f"{flag} {expr!r}",
+                f"it does not parse ({exc})",
+                "names joined by and / or / not, with parentheses, as in pytest",
+                f"e.g. {flag} 'zero3 and not bf16'",
+            )
         ) from None
     return compiled.evaluate
 
@@ -67,7 +70,8 @@ def select(cells: list[Cell], keyword: str | None, markexpr: str | None) -> list
     return [
         cell
         for cell in cells
-        if (not keyword or keyword_matches(cell, keyword)) and (not markexpr or marker_matches(cell, markexpr))
+        if (not keyword or keyword_matches(cell, keyword))
+        and (not markexpr or marker_matches(cell, markexpr))
     ]
 
 
