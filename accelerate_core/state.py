@@ -1,0 +1,121 @@
+"""Where this process sits in the launch: rank, world size and device, read from the launcher.
+
+`torch.distributed.run` (and `accelerate-core launch`, which uses it) exports RANK, LOCAL_RANK and
+WORLD_SIZE; a plain `python script.py` exports none of them and is rank 0 of 1. The process group
+is created only when a strategy asks for it, and an existing default group is always reused and
+never destroyed: the harness builds many Accelerators one after another inside one launch.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from accelerate_core.errors import InvalidSettingError, explain
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+
+    @classmethod
+    def from_environ(cls, cpu: bool = False, environ: Mapping[str, str] | None = None) -> ProcessState:
+        """Read the launcher's variables; `cpu` forces the CPU even when CUDA is available."""
+        env = os.environ if environ is None else environ
+        rank = _int_var(env, "RANK", 0)
+        local_rank = _int_var(env, "LOCAL_RANK", rank)
+        world_size = _int_var(env, "WORLD_SIZE", 1)
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise InvalidSettingError(
+                explain(
+                    f"RANK={rank}, WORLD_SIZE={world_size}",
+                    "the rank must lie in [0, WORLD_SIZE) and WORLD_SIZE must be >= 1",
+                    "values exported by torch.distributed.run",
+                    "start the script with `accelerate-core launch` or `torchrun`, or unset them",
+                )
+            )
+        if cpu or not torch.cuda.is_available():
+            device = torch.device("cpu")
+        else:
+            device = torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
+        return cls(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        """True when a default process group exists (created by us or by the caller)."""
+        return dist.is_available() and dist.is_initialized()
+
+    def init_process_group(self, backend: str) -> None:
+        """Create the default process group, or reuse the one that exists.
+
+        A single process without a launcher gets a rendezvous on a free local port, so that
+        backends that always need a group (DDP with one rank, DeepSpeed) work from plain python.
+        """
+        if self.distributed:
+            if dist.get_world_size() != self.world_size:
+                raise InvalidSettingError(
+                    explain(
+                        f"an existing process group of size {dist.get_world_size()}",
+                        f"WORLD_SIZE says {self.world_size}",
+                        "one process group per launch, matching WORLD_SIZE",
+                        "do not change WORLD_SIZE inside a running launch",
+                    )
+                )
+            return
+        if self.world_size == 1:
+            ensure_single_process_rendezvous()
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        dist.init_process_group(
+            backend=backend, rank=self.rank, world_size=self.world_size, timeout=timedelta(minutes=10)
+        )
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+
+def ensure_single_process_rendezvous() -> None:
+    """Export the variables a one-process group needs when no launcher set them."""
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+
+
+def _int_var(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidSettingError(
+            explain(
+                f"environment variable {name}={raw!r}",
+                "it is not a whole number",
+                "integers as exported by torch.distributed.run",
+                f"unset {name} or start the script with `accelerate-core launch`",
+            )
+        ) from None
