@@ -1,0 +1,44 @@
+"""report.json: the machine-readable report (schema in DESIGN.md; keep it stable).
+
+{"summary": {status: count}, "environment": {...}, "cells": [{id, task, device, strategy,
+processes, precision, status, reason, duration_s, comparisons: [...]}, ...]} plus extra keys
+(schema_version, ok, total, and per cell detail, emulated, environment, extra).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from harness.outcome import CellResult
+from harness.report.summary import counts, ok
+
+SCHEMA_VERSION = 1
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN/inf; a NaN loss (a real outcome) becomes the string "nan" and so on."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def report_dict(results: Sequence[CellResult], environment: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "ok": ok(results),
+        "total": len(results),
+        "summary": counts(results),
+        "environment": _finite(environment),
+        "cells": [_finite(result.to_json()) for result in results],
+    }
+
+
+def render_json(results: Sequence[CellResult], environment: dict[str, Any]) -> str:
+    return json.dumps(report_dict(results, environment), indent=2, allow_nan=False) + "\n"

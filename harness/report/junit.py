@@ -1,0 +1,65 @@
+"""junit.xml: one testcase per cell, read by CI systems (GitHub test reporters, GitLab, Jenkins).
+
+Mapping follows pytest's own junit output, so tools treat it the same way:
+failed/xpassed -> <failure>, error/timeout/crashed -> <error>, skipped/xfailed -> <skipped>.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from typing import Any
+
+from harness.outcome import CellResult, Status
+from harness.report.text import failure_text
+
+_FAILURE = (Status.FAILED, Status.XPASSED)
+_ERROR = (Status.ERROR, Status.TIMEOUT, Status.CRASHED)
+_SKIPPED = (Status.SKIPPED, Status.XFAILED)
+
+
+def _clean(text: str) -> str:
+    # XML 1.0 forbids most control characters; rank output tails can contain them.
+    return "".join(ch for ch in text if ch in "\t\n\r" or ord(ch) >= 0x20)
+
+
+def render_junit(results: Sequence[CellResult], environment: dict[str, Any]) -> str:
+    env_name = str(environment.get("name", "matrix"))
+    suites = ET.Element("testsuites")
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"matrix[{env_name}]",
+        tests=str(len(results)),
+        failures=str(sum(Status(r.status) in _FAILURE for r in results)),
+        errors=str(sum(Status(r.status) in _ERROR for r in results)),
+        skipped=str(sum(Status(r.status) in _SKIPPED for r in results)),
+        time=f"{sum(r.duration_s for r in results):.3f}",
+    )
+    props = ET.SubElement(suite, "properties")
+    for key in ("name", "python", "torch", "deepspeed", "platform"):
+        if key in environment:
+            ET.SubElement(props, "property", name=key, value=_clean(str(environment[key])))
+    for result in results:
+        status = Status(result.status)
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"matrix.{env_name}.{result.task}",
+            name=result.id,
+            time=f"{result.duration_s:.3f}",
+        )
+        message = _clean(f"{status.value}: {result.reason}")
+        if status in _FAILURE:
+            ET.SubElement(case, "failure", message=message, type=status.value).text = _clean(
+                failure_text(result)
+            )
+        elif status in _ERROR:
+            ET.SubElement(case, "error", message=message, type=status.value).text = _clean(
+                failure_text(result)
+            )
+        elif status in _SKIPPED:
+            kind = "pytest.xfail" if status is Status.XFAILED else "pytest.skip"
+            ET.SubElement(case, "skipped", message=message, type=kind)
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

@@ -1,0 +1,122 @@
+"""The terminal side: a live progress bar while cells run, and a final table.
+
+rich draws both when stdout is a terminal. Under CI (the CI variable set), when output is
+piped, or when rich is missing, Progress prints one plain line per finished cell instead:
+a log file should read well and carry no cursor codes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from harness.outcome import CellResult, Status
+from harness.report.summary import SYMBOL, by_severity, headline
+
+STYLE = {
+    Status.PASSED: "green",
+    Status.FAILED: "bold red",
+    Status.SKIPPED: "dim",
+    Status.XFAILED: "yellow",
+    Status.XPASSED: "bold dark_orange",
+    Status.ERROR: "bold magenta",
+    Status.TIMEOUT: "bold red",
+    Status.CRASHED: "bold red",
+}
+
+
+def _live_allowed(stream: IO[str]) -> bool:
+    if os.environ.get("CI") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+class Progress:
+    """Progress of a run: `cell_started(id)`, `cell_finished(result)`, `close()`.
+
+    enabled=False makes every call a no-op (quiet runs, pytest items).
+    """
+
+    def __init__(self, total: int, enabled: bool = True, stream: IO[str] | None = None) -> None:
+        self.total = total
+        self.enabled = enabled
+        self.done = 0
+        self.stream = stream or sys.stdout
+        self._bar: Any = None
+        self._task: Any = None
+        if enabled and _live_allowed(self.stream):
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
+
+            self._bar = RichProgress(
+                TextColumn("[bold]matrix"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.description}"),
+                console=Console(file=self.stream),
+                transient=False,
+            )
+            self._task = self._bar.add_task("", total=total)
+            self._bar.start()
+
+    def cell_started(self, cell_id: str) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, description=f"running {cell_id}")
+
+    def cell_finished(self, result: CellResult) -> None:
+        if not self.enabled:
+            return
+        self.done += 1
+        status = Status(result.status)
+        if self._bar is not None:
+            # Problems are printed above the bar as they happen; passes only advance it.
+            if status is not Status.PASSED:
+                self._bar.console.print(
+                    f"[{STYLE[status]}]{status.value:>8}[/] {result.id}  [dim]{result.reason}[/]"
+                )
+            self._bar.advance(self._task)
+            return
+        width = len(str(self.total))
+        reason = f"  {result.reason}" if result.reason and status is not Status.PASSED else ""
+        counter = f"[{self.done:>{width}}/{self.total}]"
+        print(
+            f"{counter} {status.value:>8} {result.id} ({result.duration_s:.1f}s){reason}",
+            file=self.stream,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def print_summary(results: Sequence[CellResult], stream: IO[str] | None = None) -> None:
+    """Print the final table (worst first) and a one-line headline."""
+    stream = stream or sys.stdout
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        for r in by_severity(results):
+            print(f"{Status(r.status).value:>8} {r.id:<40} {r.duration_s:6.1f}s {r.reason}", file=stream)
+        print(headline(results), file=stream)
+        return
+    table = Table(title="Matrix results", show_lines=False)
+    for column, justify in (("cell", "left"), ("status", "left"), ("time", "right"), ("reason", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for r in by_severity(results):
+        status = Status(r.status)
+        label = f"{SYMBOL[status]} {status.value}" + (" (emulated)" if r.emulated else "")
+        table.add_row(r.id, f"[{STYLE[status]}]{label}[/]", f"{r.duration_s:.1f}s", r.reason)
+    console = Console(file=stream, soft_wrap=False)
+    console.print(table)
+    console.print(f"[bold]{headline(results)}[/]")
