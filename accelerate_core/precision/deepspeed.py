@@ -1,0 +1,84 @@
+"""Precision under DeepSpeed: the engine does the casting and loss scaling itself.
+
+This object only decides what goes into the DeepSpeed config's precision block and which dtype
+floating-point inputs are cast to, so that fp32 batches from an ordinary dataloader work with a
+bf16/fp16 engine (whose weights are half precision) without changing the user's loop.
+
+The loss-scaling defaults are chosen to behave like `torch.amp.GradScaler`, the plain-PyTorch
+reference: DeepSpeed's own defaults (hysteresis 2, window 1000) would keep the scale through the
+first overflow and grow it twice as often, which makes a run diverge from the reference in the
+steps it skips. A user who wants DeepSpeed's behaviour can say so in the plugin's config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from accelerate_core.errors import InvalidSettingError, explain
+from accelerate_core.precision.base import Precision
+
+MIXED_PRECISIONS = ("no", "fp16", "bf16")
+
+# torch.amp.GradScaler defaults: init_scale 2**16, growth_interval 2000, backoff on every overflow.
+GRAD_SCALER_EQUIVALENT_FP16: dict[str, Any] = {
+    "enabled": True,
+    "loss_scale": 0,  # 0 = dynamic loss scaling
+    "initial_scale_power": 16,
+    "loss_scale_window": 2000,
+    "hysteresis": 1,
+    "consecutive_hysteresis": False,
+    "min_loss_scale": 1,
+}
+
+
+class DeepSpeedPrecision(Precision):
+    """`mixed_precision` is "no", "fp16" or "bf16"; the engine applies it."""
+
+    def __init__(self, mixed_precision: str = "no") -> None:
+        if mixed_precision not in MIXED_PRECISIONS:
+            raise InvalidSettingError(
+                explain(
+                    f"mixed_precision={mixed_precision!r} for DeepSpeed",
+                    "it is not a precision the DeepSpeed engine can run",
+                    MIXED_PRECISIONS,
+                    "pass one of the valid values to Accelerator(mixed_precision=...)",
+                )
+            )
+        self.mixed_precision = mixed_precision
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the engine's model weights (and of the inputs it is given)."""
+        return {"no": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[self.mixed_precision]
+
+    @property
+    def is_half(self) -> bool:
+        return self.mixed_precision != "no"
+
+    def config_block(self) -> dict[str, Any]:
+        """The precision keys of the DeepSpeed config (merged with the user's by the strategy)."""
+        if self.mixed_precision == "fp16":
+            return {"fp16": dict(GRAD_SCALER_EQUIVALENT_FP16), "bf16": {"enabled": False}}
+        if self.mixed_precision == "bf16":
+            return {"bf16": {"enabled": True}, "fp16": {"enabled": False}}
+        return {"fp16": {"enabled": False}, "bf16": {"enabled": False}}
+
+    def cast_inputs(self, value: Any) -> Any:
+        """Cast floating-point tensors in a nested batch to the engine dtype; others unchanged."""
+        if not self.is_half:
+            return value
+        if isinstance(value, torch.Tensor):
+            return value.to(self.dtype) if value.is_floating_point() else value
+        if isinstance(value, Mapping):
+            return type(value)({k: self.cast_inputs(v) for k, v in value.items()})  # type: ignore[call-arg]
+        if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
+            return type(value)(*(self.cast_inputs(v) for v in value))
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.cast_inputs(v) for v in value)
+        return value
+
+    # The engine casts, scales and steps itself: the base class's autocast, scale and step stay
+    # pass-throughs, and the strategy never calls them for the engine's work.

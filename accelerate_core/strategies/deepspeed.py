@@ -1,0 +1,257 @@
+"""DeepSpeed ZeRO stages 1-3 behind the Strategy contract (registered as zero1, zero2, zero3).
+
+The user's loop stays the plain one: it divides the loss by the accumulation steps itself and
+calls optimizer.step() where it decides, including a short last accumulation at the end of an
+epoch. So the engine runs with unmanaged accumulation (every step() is a boundary and nothing is
+re-scaled), and backward passes `scale_wrt_gas=False`. deepspeed is imported in methods only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from accelerate_core.deepspeed_plugin import DeepSpeedPlugin
+from accelerate_core.errors import ConflictingSettingsError, UnsupportedObjectError, explain
+from accelerate_core.imports import require_deepspeed
+from accelerate_core.precision.deepspeed import DeepSpeedPrecision
+from accelerate_core.strategies import deepspeed_state as ds_state
+from accelerate_core.strategies.base import Strategy
+from accelerate_core.strategies.deepspeed_accel import (
+    AcceleratorSwap,
+    prepare_accelerator_choice,
+    select_accelerator,
+)
+from accelerate_core.strategies.deepspeed_config import CoreValues, build_config
+
+if TYPE_CHECKING:
+    from accelerate_core.state import ProcessState
+
+
+class DeepSpeedStrategy(Strategy):
+    # One class for zero1/zero2/zero3: the registry's preset arrives as plugin.zero_stage.
+    name: ClassVar[str] = "deepspeed"
+
+    def __init__(
+        self,
+        process: ProcessState,
+        precision: DeepSpeedPrecision,
+        plugin: DeepSpeedPlugin | None = None,
+        gradient_accumulation_steps: int = 1,
+        cpu_fp16_emulation: bool | None = None,
+    ) -> None:
+        require_deepspeed("a DeepSpeed strategy")
+        super().__init__(process, precision)
+        plugin = plugin or DeepSpeedPlugin()
+        if plugin.gradient_accumulation_steps is None:
+            plugin = dataclasses.replace(plugin, gradient_accumulation_steps=gradient_accumulation_steps)
+        elif plugin.gradient_accumulation_steps != gradient_accumulation_steps:
+            raise ConflictingSettingsError(
+                explain(
+                    f"DeepSpeedPlugin(gradient_accumulation_steps={plugin.gradient_accumulation_steps}) with "
+                    f"Accelerator(gradient_accumulation_steps={gradient_accumulation_steps})",
+                    "the two disagree and the user's loop divides its loss by one of them",
+                    "the same number in both places, or only one of them",
+                    "drop gradient_accumulation_steps from DeepSpeedPlugin",
+                )
+            )
+        if cpu_fp16_emulation is not None:
+            plugin = dataclasses.replace(plugin, cpu_fp16_emulation=cpu_fp16_emulation)
+        self.plugin = plugin
+        self.precision: DeepSpeedPrecision = precision
+        self.engine: Any = None
+        self.config: dict[str, Any] = {}
+        self._swap: AcceleratorSwap | None = None
+        self._monitor: Any = None
+        self._input_hook: Any = None
+
+    # -- environment ------------------------------------------------------------------------
+    @property
+    def root_device(self) -> torch.device:
+        device = getattr(self.process, "device", None)
+        return torch.device(device) if device is not None else torch.device("cpu")
+
+    @property
+    def emulated(self) -> bool:
+        """True when fp16 runs through the opt-in CPU emulation (the harness labels the run)."""
+        return self._swap is not None and self._swap.emulated
+
+    @property
+    def zero_stage(self) -> int:
+        return self.plugin.zero_stage
+
+    def setup_environment(self) -> None:
+        prepare_accelerator_choice(self.root_device)
+        if not dist.is_initialized():
+            # DeepSpeed wants the launcher's variables even for one process; without them it
+            # tries MPI discovery. A lone process gets a one-rank group on a free local port.
+            for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
+                               ("MASTER_ADDR", "127.0.0.1")):
+                os.environ.setdefault(key, value)
+            os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        import deepspeed
+
+        backend = "gloo" if self.root_device.type == "cpu" else "nccl"
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+
+    # -- preparing --------------------------------------------------------------------------
+    def setup(
+        self,
+        models: Sequence[nn.Module],
+        optimizers: Sequence[torch.optim.Optimizer],
+        schedulers: Sequence[Any],
+        micro_batch_size: int | None,
+    ) -> tuple[list[nn.Module], list[Any], list[Any]]:
+        if len(models) != 1 or len(optimizers) > 1:
+            raise UnsupportedObjectError(
+                explain(
+                    f"prepare() with {len(models)} model(s) and {len(optimizers)} optimizer(s) "
+                    "under DeepSpeed",
+                    "one DeepSpeed engine wraps exactly one model and at most one optimizer",
+                    "one model, optionally with one optimizer, per Accelerator",
+                    "prepare a single model (combine sub-models in one nn.Module)",
+                )
+            )
+        if micro_batch_size is None:
+            raise UnsupportedObjectError(
+                explain(
+                    "prepare() under DeepSpeed without a dataloader",
+                    "DeepSpeed needs the per-process batch size for its config",
+                    "a DataLoader prepared in the same prepare() call (or an earlier one)",
+                    "pass the training dataloader to prepare() together with the model",
+                )
+            )
+        self.setup_environment()
+        self._swap = select_accelerator(self.root_device, self.precision.mixed_precision,
+                                        self.plugin.cpu_fp16_emulation)
+        self._monitor = ds_state.monitor_group()
+        core = CoreValues(
+            micro_batch_size=micro_batch_size,
+            world_size=dist.get_world_size(),
+            gradient_accumulation_steps=self.plugin.gradient_accumulation_steps or 1,
+            precision_block=self.precision.config_block(),
+            client_optimizer=bool(optimizers),
+            client_scheduler=bool(schedulers),
+        )
+        self.config = build_config(self.plugin, core)
+
+        import deepspeed
+
+        model = models[0].to(self.root_device)
+        # The user's scheduler is NOT handed to the engine: the user's loop steps it itself
+        # (skipping overflowed steps), and the engine would step it a second time.
+        engine, optimizer, _, _ = deepspeed.initialize(
+            model=model,
+            optimizer=optimizers[0] if optimizers else None,
+            model_parameters=None if optimizers else list(model.parameters()),
+            config=self.config,
+            dist_init_required=False,
+        )
+        self.engine = engine
+        if self.precision.is_half:
+            # fp32 batches from an ordinary dataloader meet a half-precision model.
+            self._input_hook = engine.module.register_forward_pre_hook(self._cast_inputs, with_kwargs=True)
+        return [engine], [optimizer] if optimizers else [], list(schedulers)
+
+    def _cast_inputs(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self.precision.cast_inputs(args), self.precision.cast_inputs(kwargs)
+
+    # -- training ---------------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, model: nn.Module | None = None) -> None:
+        # The loss is already divided by the accumulation steps in the user's loop.
+        self._engine("backward").backward(loss, scale_wrt_gas=False)
+
+    def optimizer_step(self, optimizer: Any) -> bool:
+        engine = self._engine("optimizer.step()")
+        engine.step()
+        # The engine's own overflow report (fp16 dynamic loss scaling skipped this step).
+        return bool(getattr(engine.optimizer, "overflow", False)) or not engine.was_step_applied()
+
+    def zero_grad(self, optimizer: Any, set_to_none: bool = True) -> None:
+        engine = self._engine("optimizer.zero_grad()")
+        # The ZeRO optimizer owns the (partitioned) gradients; the module's .grad are views.
+        if hasattr(engine.optimizer, "zero_grad"):
+            engine.optimizer.zero_grad(set_to_none=set_to_none)
+        engine.zero_grad()
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[nn.Parameter], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        configured = float(self.config.get("gradient_clipping", 0.0))
+        if configured != float(max_norm) or norm_type != 2.0:
+            raise ConflictingSettingsError(
+                explain(
+                    f"clip_grad_norm_(max_norm={max_norm}, norm_type={norm_type}) under DeepSpeed",
+                    f"the engine clips inside optimizer.step() with its configured gradient_clipping="
+                    f"{configured:g} (L2), so a different value here would be silently ignored",
+                    "the same max_norm as DeepSpeedPlugin(gradient_clipping=...), L2 norm",
+                    f"pass DeepSpeedPlugin(gradient_clipping={max_norm}) or drop this call",
+                )
+            )
+        norm = self._engine("clip_grad_norm_").get_global_grad_norm()
+        return torch.tensor(float("nan") if norm is None else float(norm))
+
+    # -- state ------------------------------------------------------------------------------
+    def unwrap_model(self, model: nn.Module) -> nn.Module:
+        return getattr(model, "module", model) if model is self.engine else model
+
+    def get_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        engine = self._engine("get_state_dict")
+        ds_state.check_every_rank_arrives("accelerator.get_state_dict(model)", self._monitor,
+                                          self.plugin.collective_timeout_s)
+        return ds_state.consolidated_state_dict(engine)
+
+    def save_state(self, directory: Path, models: Sequence[nn.Module], optimizers: Sequence[Any],
+                   schedulers: Sequence[Any], extra: dict[str, Any]) -> None:
+        engine = self._engine("save_state")
+        ds_state.check_every_rank_arrives("accelerator.save_state(dir)", self._monitor,
+                                          self.plugin.collective_timeout_s)
+        client_state = {"extra": extra, "schedulers": [s.state_dict() for s in schedulers]}
+        ds_state.save_checkpoint(engine, Path(directory), client_state)
+
+    def load_state(self, directory: Path, models: Sequence[nn.Module], optimizers: Sequence[Any],
+                   schedulers: Sequence[Any]) -> dict[str, Any]:
+        engine = self._engine("load_state")
+        ds_state.check_every_rank_arrives("accelerator.load_state(dir)", self._monitor,
+                                          self.plugin.collective_timeout_s)
+        client_state = ds_state.load_checkpoint(engine, Path(directory))
+        ds_state.restore_schedulers(schedulers, client_state.get("schedulers", []))
+        return dict(client_state.get("extra", {}))
+
+    def teardown(self) -> None:
+        if self._input_hook is not None:
+            self._input_hook.remove()
+            self._input_hook = None
+        if self.engine is not None:
+            self.engine.destroy()
+            self.engine = None
+        if self._swap is not None:
+            self._swap.restore()
+            # `emulated` stays readable after teardown so the harness can label the run.
+            self._swap = AcceleratorSwap(previous=None, emulated=self._swap.emulated)
+        gc.collect()
+
+    def _engine(self, what: str) -> Any:
+        if self.engine is None:
+            raise UnsupportedObjectError(
+                explain(f"{what} under DeepSpeed", "no model was prepared (or the Accelerator was torn down)",
+                        "calls after accelerator.prepare(model, optimizer, dataloader)",
+                        "call accelerator.prepare(...) first")
+            )
+        return self.engine
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

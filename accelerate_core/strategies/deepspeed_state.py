@@ -1,0 +1,113 @@
+"""Full state out of a DeepSpeed engine: the consolidated fp32 state dict and checkpoints.
+
+Gathering a partitioned model is a collective: every rank must take part. Called on the main
+process only (a common mistake: `if accelerator.is_main_process: get_state_dict(model)`), it
+would hang forever inside DeepSpeed. So a monitored barrier on a private gloo group (which works
+beside NCCL too, and cannot be confused with the user's own collectives on the default group)
+runs first, with a timeout; a rank that does not arrive turns into CollectiveMisuseError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from accelerate_core.errors import CollectiveMisuseError, explain
+
+CHECKPOINT_TAG = "accelerate_core"
+
+_monitor_groups: dict[int, Any] = {}
+
+
+def monitor_group() -> Any:
+    """A gloo group over all ranks, created once per default process group. A collective: call
+    it on every rank at the same point (the strategy does so in setup)."""
+    world = dist.group.WORLD
+    key = id(world)
+    if key not in _monitor_groups:
+        _monitor_groups[key] = dist.new_group(backend="gloo")
+    return _monitor_groups[key]
+
+
+def check_every_rank_arrives(what: str, group: Any, timeout_s: float) -> None:
+    """Raise CollectiveMisuseError on the ranks that wait in vain for the others."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    try:
+        dist.monitored_barrier(group=group, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
+    except RuntimeError as exc:
+        raise CollectiveMisuseError(
+            explain(
+                f"{what} on rank {dist.get_rank()}",
+                f"it is a collective under DeepSpeed (the partitions of every rank are gathered), and "
+                f"not every rank called it within {timeout_s:g} s ({str(exc).splitlines()[0]})",
+                "calling it on every rank at the same point of the program",
+                f"call {what} outside `if accelerator.is_main_process:` and only save the result on "
+                "the main process, e.g. `sd = accelerator.get_state_dict(model)` then "
+                "`accelerator.save(sd, path)`",
+            )
+        ) from exc
+
+
+def consolidated_state_dict(engine: Any) -> dict[str, torch.Tensor]:
+    """Every key of the user's module with its full shape, fp32 master values, on CPU.
+
+    Every rank gets the full dict (the fp32 gather is an all-reduce in DeepSpeed). Parameters
+    come from the optimizer's fp32 master copy when there is one (bf16/fp16 engines keep the
+    module itself in half precision), otherwise from the gathered module parameter.
+    """
+    from deepspeed.runtime.zero.partition_parameters import GatheredParameters
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    module: nn.Module = engine.module
+    out: dict[str, torch.Tensor] = {}
+    done: dict[int, str] = {}  # id(parameter) -> first key, so tied weights stay tied
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        if id(tensor) in done:
+            out[name] = out[done[id(tensor)]]
+            continue
+        if isinstance(tensor, nn.Parameter):
+            full = safe_get_full_fp32_param(tensor)
+            if full is None:  # no master copy (fp32 without ZeRO partitions): the module holds it
+                with GatheredParameters([tensor]):
+                    full = tensor.detach().clone()
+            out[name] = full.detach().to("cpu", torch.float32)
+        else:  # buffers are not partitioned
+            value = tensor.detach().to("cpu")
+            out[name] = value.float() if value.is_floating_point() else value
+        done[id(tensor)] = name
+    return out
+
+
+def save_checkpoint(engine: Any, directory: Path, client_state: dict[str, Any]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    engine.save_checkpoint(str(directory), tag=CHECKPOINT_TAG, client_state=client_state)
+
+
+def load_checkpoint(engine: Any, directory: Path) -> dict[str, Any]:
+    if not (directory / CHECKPOINT_TAG).is_dir():
+        raise FileNotFoundError(
+            explain(
+                f"load_state({str(directory)!r})",
+                f"it holds no DeepSpeed checkpoint (no '{CHECKPOINT_TAG}' folder)",
+                "a directory written by accelerator.save_state() with a DeepSpeed backend",
+                "pass the directory save_state wrote, with the same backend",
+            )
+        )
+    path, client_state = engine.load_checkpoint(
+        str(directory), tag=CHECKPOINT_TAG, load_optimizer_states=True, load_lr_scheduler_states=False
+    )
+    if path is None:
+        raise RuntimeError(f"DeepSpeed could not load the checkpoint in {directory}")
+    return dict(client_state or {})
+
+
+def restore_schedulers(schedulers: Sequence[Any], states: Sequence[Any]) -> None:
+    for scheduler, state in zip(schedulers, states, strict=True):
+        scheduler.load_state_dict(state)
