@@ -19,13 +19,15 @@ import torch.distributed as dist
 
 from accelerate_core.errors import InvalidSettingError, explain
 
+_CPU = torch.device("cpu")
+
 
 @dataclass(frozen=True)
 class ProcessState:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
-    device: torch.device = torch.device("cpu")
+    device: torch.device = _CPU
 
     @classmethod
     def from_environ(cls, cpu: bool = False, environ: Mapping[str, str] | None = None) -> ProcessState:

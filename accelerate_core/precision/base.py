@@ -57,7 +57,7 @@ class Precision:
     def state_dict(self) -> dict[str, Any]:
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 - nothing to restore
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what state_dict returned."""
 
     def wrap_forward(self, module: nn.Module) -> None:
@@ -74,7 +74,7 @@ class Precision:
                 return original(*args, **kwargs)
 
         setattr(module, _ORIGINAL_FORWARD, original)
-        module.forward = forward  # type: ignore[method-assign]
+        module.forward = forward
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.mixed_precision!r})"

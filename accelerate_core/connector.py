@@ -1,0 +1,205 @@
+"""Flags + launch settings + world size -> one Strategy and one Precision.
+
+Every rule about which settings go together lives here, with its error message. Precedence: an
+Accelerator argument the user passed explicitly, else what `accelerate-core launch` exported
+(LaunchSettings), else the default. An explicit argument that contradicts the launch settings is
+a ConflictingSettingsError: silently preferring either side would run a different experiment
+from the one one of them asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from accelerate_core.deepspeed_plugin import DeepSpeedPlugin
+from accelerate_core.errors import ConflictingSettingsError, InvalidSettingError, explain
+from accelerate_core.launch_env import MIXED_PRECISIONS, LaunchSettings
+from accelerate_core.precision.amp import AMPPrecision
+from accelerate_core.precision.base import Precision
+from accelerate_core.precision.fp32 import FP32Precision
+from accelerate_core.state import ProcessState
+from accelerate_core.strategies.base import Strategy
+from accelerate_core.strategies.registry import get_spec, load_strategy_class
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What the connector decided (also what `accelerator.strategy` was built from)."""
+
+    backend: str  # "single" | "ddp" | "deepspeed"
+    strategy_name: str  # registry name: "single", "ddp", "zero1".."zero3"
+    mixed_precision: str
+    cpu: bool
+    gradient_accumulation_steps: int
+    deepspeed_plugin: DeepSpeedPlugin | None
+
+
+def _conflict(name: str, given: object, launched: object, fix: str) -> ConflictingSettingsError:
+    return ConflictingSettingsError(
+        explain(
+            f"Accelerator({name}={given!r})",
+            f"the launcher was told {name}={launched!r} (ACCELERATE_CORE_* environment)",
+            f"{launched!r}, or leave the argument out to take the launcher's value",
+            fix,
+        )
+    )
+
+
+def resolve_mixed_precision(fp16: bool | None, mixed_precision: str | None, launch: LaunchSettings) -> str:
+    if mixed_precision is not None and mixed_precision not in MIXED_PRECISIONS:
+        raise InvalidSettingError(
+            explain(f"mixed_precision={mixed_precision!r}", "it is not a precision the core runs",
+                    MIXED_PRECISIONS, "pass one of the valid values ('no' means fp32)")
+        )
+    if fp16 is not None and not isinstance(fp16, bool):
+        raise InvalidSettingError(
+            explain(f"fp16={fp16!r}", "fp16 is a switch", "True, False", "pass fp16=True or leave it out")
+        )
+    chosen = mixed_precision
+    if fp16 is not None:
+        if fp16 and mixed_precision not in (None, "fp16"):
+            raise ConflictingSettingsError(
+                explain(f"fp16=True with mixed_precision={mixed_precision!r}", "the two disagree",
+                        "fp16=True alone, or mixed_precision alone",
+                        "pass only mixed_precision=... (fp16=True means mixed_precision='fp16')")
+            )
+        if not fp16 and mixed_precision == "fp16":
+            raise ConflictingSettingsError(
+                explain("fp16=False with mixed_precision='fp16'", "the two disagree",
+                        "one of the two", "drop fp16=False")
+            )
+        if fp16:
+            chosen = "fp16"
+    if chosen is not None and launch.mixed_precision is not None and chosen != launch.mixed_precision:
+        raise _conflict("mixed_precision", chosen, launch.mixed_precision,
+                        "make the script and `accelerate-core launch --mixed-precision` agree")
+    if chosen is None:
+        # fp16=False alone says "not fp16", which still leaves the launcher free to pick bf16.
+        chosen = launch.mixed_precision or "no"
+        if fp16 is False and chosen == "fp16":
+            raise _conflict("fp16", False, "fp16", "drop fp16=False or launch without fp16")
+    return chosen
+
+
+def resolve_gradient_accumulation(value: int | None, launch: LaunchSettings) -> int:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidSettingError(
+            explain(f"gradient_accumulation_steps={value!r}", "it must be a whole number of at least 1",
+                    "1, 2, 3, ...", "pass an int >= 1 (1 means no accumulation)")
+        )
+    if value is not None and launch.gradient_accumulation_steps is not None \
+            and value != launch.gradient_accumulation_steps:
+        raise _conflict("gradient_accumulation_steps", value, launch.gradient_accumulation_steps,
+                        "make the script and the launch config agree")
+    return value or launch.gradient_accumulation_steps or 1
+
+
+def resolve_cpu(cpu: bool | None, launch: LaunchSettings) -> bool:
+    if cpu is not None and launch.cpu is not None and bool(cpu) != launch.cpu:
+        raise _conflict("cpu", cpu, launch.cpu, "make the script and `accelerate-core launch --cpu` agree")
+    return bool(cpu) if cpu is not None else bool(launch.cpu)
+
+
+def resolve_backend(plugin: DeepSpeedPlugin | None, launch: LaunchSettings, world_size: int) -> str:
+    if plugin is not None and not isinstance(plugin, DeepSpeedPlugin):
+        raise InvalidSettingError(
+            explain(f"deepspeed_plugin={type(plugin).__name__}", "it is not a DeepSpeedPlugin",
+                    "accelerate_core.DeepSpeedPlugin(...)", "build one with DeepSpeedPlugin(zero_stage=...)")
+        )
+    if plugin is not None:
+        if launch.backend not in (None, "deepspeed"):
+            raise _conflict("deepspeed_plugin", "DeepSpeedPlugin(...)", f"backend={launch.backend}",
+                            "drop deepspeed_plugin or launch with --backend deepspeed")
+        return "deepspeed"
+    if launch.backend == "single" and world_size > 1:
+        raise ConflictingSettingsError(
+            explain(f"backend 'single' on {world_size} processes", "a single-device run has one process",
+                    "'ddp' or 'deepspeed' for several processes",
+                    "launch with --num-processes 1, or choose --backend ddp")
+        )
+    if launch.backend is not None:
+        return launch.backend
+    return "ddp" if world_size > 1 else "single"
+
+
+def build_deepspeed_plugin(
+    plugin: DeepSpeedPlugin | None, launch: LaunchSettings, gas: int
+) -> DeepSpeedPlugin:
+    """A copy of the user's plugin (or one made from the launch settings) with the launcher's
+    DeepSpeed values merged in and gradient accumulation filled in."""
+    base = DeepSpeedPlugin() if plugin is None else plugin
+    defaults = DeepSpeedPlugin()
+    updates: dict[str, Any] = {}
+    for name in ("zero_stage", "gradient_clipping", "offload_optimizer_device",
+                 "offload_param_device", "cpu_fp16_emulation"):
+        launched = getattr(launch, name)
+        if launched is None:
+            continue
+        mine = getattr(base, name)
+        # A plugin value left at its default yields to the launcher; a chosen one must agree.
+        if plugin is not None and mine != getattr(defaults, name) and mine != launched:
+            raise _conflict(f"deepspeed_plugin.{name}", mine, launched,
+                            "make the DeepSpeedPlugin and the launch config agree")
+        updates[name] = launched
+    if base.gradient_accumulation_steps is None:
+        updates["gradient_accumulation_steps"] = gas
+    elif base.gradient_accumulation_steps != gas:
+        raise ConflictingSettingsError(
+            explain(f"DeepSpeedPlugin(gradient_accumulation_steps={base.gradient_accumulation_steps})",
+                    f"the Accelerator uses gradient_accumulation_steps={gas}", f"{gas}, or None",
+                    "set it in one place only (the plugin's None takes the Accelerator's value)")
+        )
+    return dataclasses.replace(base, **updates)
+
+
+def build_precision(backend: str, mixed_precision: str, process: ProcessState) -> Precision:
+    if backend == "deepspeed":
+        module = importlib.import_module("accelerate_core.precision.deepspeed")
+        precision: Precision = module.DeepSpeedPrecision(mixed_precision)
+        return precision
+    if mixed_precision == "no":
+        return FP32Precision()
+    return AMPPrecision(mixed_precision, process.device)
+
+
+def connect(
+    *,
+    fp16: bool | None,
+    mixed_precision: str | None,
+    cpu: bool | None,
+    gradient_accumulation_steps: int | None,
+    deepspeed_plugin: DeepSpeedPlugin | None,
+    launch: LaunchSettings | None = None,
+    process: ProcessState | None = None,
+) -> tuple[Resolved, ProcessState, Strategy]:
+    """Resolve every setting and build the strategy (its process group is not set up yet)."""
+    launch = LaunchSettings.from_environ() if launch is None else launch
+    precision_name = resolve_mixed_precision(fp16, mixed_precision, launch)
+    gas = resolve_gradient_accumulation(gradient_accumulation_steps, launch)
+    use_cpu = resolve_cpu(cpu, launch)
+    process = ProcessState.from_environ(cpu=use_cpu) if process is None else process
+    backend = resolve_backend(deepspeed_plugin, launch, process.world_size)
+    plugin: DeepSpeedPlugin | None = None
+    if backend == "deepspeed":
+        plugin = build_deepspeed_plugin(deepspeed_plugin, launch, gas)
+        if plugin.zero_stage not in (0, 1, 2, 3):
+            raise InvalidSettingError(
+                explain(f"DeepSpeedPlugin(zero_stage={plugin.zero_stage!r})", "ZeRO has stages 0 to 3",
+                        "0, 1, 2, 3", "pass zero_stage=1, 2 or 3")
+            )
+        name = f"zero{plugin.zero_stage}"
+        spec = get_spec(name)
+        plugin = dataclasses.replace(plugin, **spec.presets)
+        strategy_cls = load_strategy_class(name)  # require_deepspeed() before any import
+        precision = build_precision(backend, precision_name, process)
+        strategy = strategy_cls(process, precision, plugin=plugin,  # type: ignore[call-arg]
+                                gradient_accumulation_steps=gas)
+    else:
+        name = backend
+        strategy_cls = load_strategy_class(name)
+        strategy = strategy_cls(process, build_precision(backend, precision_name, process))
+    resolved = Resolved(backend, name, precision_name, use_cpu, gas, plugin)
+    return resolved, process, strategy

@@ -1,0 +1,218 @@
+"""Dataloader sharding: N ranks with per-process batch B train like one process with batch N x B.
+
+Every rank computes the same global order of sample indices (sequential, or a permutation seeded
+with `seed + epoch`, identical on all ranks). Global step i takes the samples
+order[i*N*B : (i+1)*N*B]; rank r takes the r-th block of B of them. A short last global batch is
+filled by wrapping around to the start of the order, so every rank has B samples and the padding
+sits at the END of the rank-ordered concatenation that `gather` returns; `gather_for_metrics`
+cuts exactly that padding off, which it learns from the loader being iterated (DataState).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
+
+from accelerate_core.errors import UnsupportedObjectError, explain
+from accelerate_core.ops import broadcast_object, send_to_device
+
+
+def global_order(num_samples: int, shuffle: bool, seed: int, epoch: int) -> list[int]:
+    """The order every rank agrees on for `epoch`."""
+    if not shuffle:
+        return list(range(num_samples))
+    generator = torch.Generator().manual_seed(seed + epoch)
+    return torch.randperm(num_samples, generator=generator).tolist()
+
+
+class ShardedBatchSampler(Sampler[list[int]]):
+    """Yields this rank's block of every global batch (see the module docstring)."""
+
+    def __init__(self, order: Callable[[int], list[int]], num_samples: int, batch_size: int,
+                 rank: int, world_size: int, drop_last: bool = False) -> None:
+        self.order = order
+        self.num_samples = num_samples
+        self.batch_size = batch_size
+        self.rank = rank
+        self.world_size = world_size
+        self.drop_last = drop_last
+        self.epoch = 0
+        self.skip = 0  # batches to leave out at the start of the next iteration (resume)
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.world_size
+
+    def __len__(self) -> int:
+        full, rest = divmod(self.num_samples, self.global_batch_size)
+        return full if self.drop_last or rest == 0 else full + 1
+
+    @property
+    def remainder(self) -> int:
+        """Real samples in the last global batch (0 when it is full or dropped)."""
+        return 0 if self.drop_last else self.num_samples % self.global_batch_size
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = self.order(self.epoch)
+        size = self.global_batch_size
+        start = self.rank * self.batch_size
+        for step in range(self.skip, len(self)):
+            block = order[step * size:(step + 1) * size]
+            if len(block) < size and order:
+                # Wrap around (repeatedly, for a dataset smaller than one global batch).
+                block += list(itertools.islice(itertools.cycle(order), size - len(block)))
+            yield block[start:start + self.batch_size]
+
+
+@dataclass
+class DataState:
+    """Which prepared loader is being iterated and whether its last batch was just yielded."""
+
+    stack: list[PreparedDataLoader] = field(default_factory=list)
+    end_of_dataloader: bool = False
+
+    @property
+    def active(self) -> PreparedDataLoader | None:
+        return self.stack[-1] if self.stack else None
+
+
+class PreparedDataLoader:
+    """A DataLoader over this rank's shard, yielding batches already on the device."""
+
+    def __init__(self, loader: DataLoader[Any], rank: int, world_size: int, device: torch.device,
+                 state: DataState) -> None:
+        self.base = loader
+        self.device = device
+        self.state = state
+        self.epoch = 0
+        if loader.batch_size is None or isinstance(loader.dataset, IterableDataset):
+            raise _unsupported(loader, "it has a custom batch_sampler or an IterableDataset, which the "
+                               "core cannot shard so that every rank sees a disjoint block")
+        sampler = loader.sampler
+        num_samples = len(loader.dataset)  # type: ignore[arg-type]
+        order: Callable[[int], list[int]]
+        if isinstance(sampler, RandomSampler):
+            if sampler.replacement or sampler.num_samples != num_samples:
+                raise _unsupported(loader, "its RandomSampler samples with replacement or a custom count")
+            seed = _shared_seed(sampler.generator or loader.generator)
+            self.seed: int | None = seed
+            order = lambda epoch: global_order(num_samples, True, seed, epoch)  # noqa: E731
+        elif isinstance(sampler, SequentialSampler):
+            self.seed = None
+            order = lambda epoch: global_order(num_samples, False, 0, epoch)  # noqa: E731
+        else:
+            # A custom sampler must give the same order on every rank (seeded by epoch).
+            self.seed = None
+            custom: Sampler[Any] = sampler  # type: ignore[assignment]
+            order = lambda epoch: _custom_order(custom, epoch)  # noqa: E731
+            num_samples = len(sampler)  # type: ignore[arg-type]
+        self.batch_sampler = ShardedBatchSampler(order, num_samples, loader.batch_size, rank, world_size,
+                                                 loader.drop_last)
+        extra: dict[str, Any] = {}
+        if loader.num_workers > 0:
+            extra = {"prefetch_factor": loader.prefetch_factor,
+                     "persistent_workers": loader.persistent_workers}
+        self.loader = DataLoader(
+            loader.dataset, batch_sampler=self.batch_sampler, num_workers=loader.num_workers,
+            collate_fn=loader.collate_fn, pin_memory=loader.pin_memory, timeout=loader.timeout,
+            worker_init_fn=loader.worker_init_fn, multiprocessing_context=loader.multiprocessing_context,
+            generator=loader.generator, **extra,
+        )
+
+    @property
+    def dataset(self) -> Any:
+        return self.base.dataset
+
+    @property
+    def batch_size(self) -> int:
+        return self.batch_sampler.batch_size
+
+    @property
+    def total_batch_size(self) -> int:
+        return self.batch_sampler.global_batch_size
+
+    @property
+    def remainder(self) -> int:
+        return self.batch_sampler.remainder
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.iterate(skip=0)
+
+    def iterate(self, skip: int) -> Iterator[Any]:
+        """Iterate the current epoch from batch `skip` on (skipped batches are never loaded).
+        Without set_epoch calls the epoch advances by itself after each complete pass."""
+        self.batch_sampler.set_epoch(self.epoch)
+        self.batch_sampler.skip = skip
+        try:
+            iterator = iter(self.loader)  # reads the batch sampler (and its skip) now
+        finally:
+            self.batch_sampler.skip = 0
+        last = len(self) - 1
+        self.state.stack.append(self)
+        try:
+            for index, batch in enumerate(iterator, start=skip):
+                self.state.end_of_dataloader = index == last
+                yield send_to_device(batch, self.device)
+        finally:
+            self.state.stack.remove(self)
+            self.state.end_of_dataloader = False
+        self.epoch += 1
+
+
+class SkippedDataLoader:
+    """`skip_first_batches(loader, k)`: one pass over `loader` that starts at batch k."""
+
+    def __init__(self, loader: PreparedDataLoader, skip: int) -> None:
+        self.loader = loader
+        self.skip = skip
+
+    def __len__(self) -> int:
+        return max(len(self.loader) - self.skip, 0)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.loader.iterate(skip=self.skip)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "loader":
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+
+def _shared_seed(generator: torch.Generator | None) -> int:
+    """The shuffle seed, equal on every rank: the user's generator's seed, or rank 0's draw."""
+    if generator is not None:
+        return int(generator.initial_seed())
+    return int(broadcast_object(int(torch.empty((), dtype=torch.int64).random_().item()) % 2**62))
+
+
+def _custom_order(sampler: Sampler[Any], epoch: int) -> list[int]:
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
+    return list(iter(sampler))
+
+
+def _unsupported(loader: DataLoader[Any], why: str) -> UnsupportedObjectError:
+    return UnsupportedObjectError(
+        explain(
+            f"prepare() got a DataLoader over {type(loader.dataset).__name__}",
+            why,
+            "a DataLoader with batch_size=B over a map-style dataset, with shuffle=True/False or a "
+            "sampler that gives the same order on every rank",
+            "build the DataLoader with batch_size= and shuffle= (no batch_sampler)",
+        )
+    )
+
