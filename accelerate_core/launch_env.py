@@ -121,3 +121,14 @@ def _number(raw: dict[str, str | None], name: str) -> float | None:
         return float(value)
     except ValueError:
         raise _bad(name, value, "a number") from None
+
+
+# Read by the CLI (not by the processes it starts): where `accelerate-core config` writes and
+# `accelerate-core launch` reads the config file when `--config-file` is not given.
+CONFIG_FILE_VARIABLE = PREFIX + "CONFIG_FILE"
+
+
+def config_file_from_environ(environ: Mapping[str, str] | None = None) -> str | None:
+    """The config file path named by ACCELERATE_CORE_CONFIG_FILE, or None when unset/empty."""
+    env = os.environ if environ is None else environ
+    return env.get(CONFIG_FILE_VARIABLE) or None

@@ -1,0 +1,109 @@
+"""`accelerate-core config`: write the launch config by questionnaire, or defaults with --default.
+
+Questions follow earlier answers: machines and process counts only for a distributed backend,
+ZeRO questions only for DeepSpeed, parameter offload only for ZeRO-3, the fp16 emulation only
+for DeepSpeed fp16 on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accelerate_core.commands.questions import Asker
+from accelerate_core.config import LaunchConfig, default_config_path, save_config
+from accelerate_core.imports import DEEPSPEED_INSTALL_HINT, is_deepspeed_available
+from accelerate_core.launch_env import BACKENDS, MIXED_PRECISIONS, OFFLOAD_DEVICES
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "config",
+        help="Write the launch config (a questionnaire, or --default).",
+        description=("Ask how training should run and write the answers as a versioned YAML config "
+                     "that `accelerate-core launch` reads. Answers are read line by line from "
+                     "standard input (a pipe works); an empty answer takes the default in brackets."),
+        epilog=f"Default file: $ACCELERATE_CORE_CONFIG_FILE, else {default_config_path()}.",
+    )
+    parser.add_argument("--config-file", "--config_file", metavar="FILE",
+                        help="Where to write the config (default: see below).")
+    parser.add_argument("--default", action="store_true",
+                        help="Write a sensible config for this machine without asking "
+                             "(CPU-only machines get a one-process CPU config).")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the defaults depend on."""
+
+    cuda_devices: int
+
+    @classmethod
+    def here(cls) -> Machine:
+        import torch  # only here: `accelerate-core --help` should not pay for it
+
+        return cls(torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def default_config(machine: Machine) -> LaunchConfig:
+    if machine.cuda_devices == 0:
+        return LaunchConfig(backend="single", cpu=True, num_processes=1)
+    if machine.cuda_devices == 1:
+        return LaunchConfig(backend="single", cpu=False, num_processes=1)
+    return LaunchConfig(backend="ddp", cpu=False, num_processes=machine.cuda_devices)
+
+
+def questionnaire(asker: Asker, machine: Machine) -> LaunchConfig:
+    say = asker.stdout.write
+    a: dict[str, Any] = {}
+    a["cpu"] = asker.ask("cpu", "Run on CPU only, even where CUDA devices exist? (yes/no)",
+                         machine.cuda_devices == 0)
+    a["backend"] = asker.ask(
+        "backend", f"Backend: single (one process), ddp (DistributedDataParallel), deepspeed (ZeRO) "
+        f"({'/'.join(BACKENDS)})", "ddp" if machine.cuda_devices > 1 and not a["cpu"] else "single")
+    if a["backend"] == "deepspeed" and not is_deepspeed_available():
+        say(f"  Note: deepspeed is not installed here; launch will ask for it ({DEEPSPEED_INSTALL_HINT}).\n")
+    if a["backend"] != "single":
+        machines = a["num_machines"] = asker.ask("num_machines", "How many machines?", 1)
+        if machines > 1:
+            a["machine_rank"] = asker.ask(
+                "machine_rank", f"Rank of this machine (0 to {machines - 1})?", 0,
+                lambda r: None if r < machines else f"it must be below {machines}")
+            a["main_process_ip"] = asker.ask("main_process_ip", "Address of machine 0 (IP or host name)?")
+            a["main_process_port"] = asker.ask("main_process_port", "Port on machine 0?", 29500)
+        per_machine = 2 if a["cpu"] or machine.cuda_devices < 2 else machine.cuda_devices
+        a["num_processes"] = asker.ask(
+            "num_processes", "How many processes in total, over all machines?", per_machine * machines,
+            lambda n: None if n % machines == 0 else f"it must be a multiple of the {machines} machines")
+    a["mixed_precision"] = asker.ask(
+        "mixed_precision", f"Mixed precision ({'/'.join(MIXED_PRECISIONS)})?", "no")
+    if a["backend"] == "deepspeed":
+        a["zero_stage"] = asker.ask("zero_stage", "DeepSpeed ZeRO stage (0/1/2/3)?", 2)
+        a["offload_optimizer_device"] = asker.ask(
+            "offload_optimizer_device", f"Offload optimizer states to ({'/'.join(OFFLOAD_DEVICES)})?", "none")
+        if a["zero_stage"] == 3:
+            a["offload_param_device"] = asker.ask(
+                "offload_param_device", f"Offload parameters to ({'/'.join(OFFLOAD_DEVICES)})?", "none")
+        if a["cpu"] and a["mixed_precision"] == "fp16":
+            a["cpu_fp16_emulation"] = asker.ask(
+                "cpu_fp16_emulation", "DeepSpeed refuses fp16 on most CPUs; emulate it (runs are "
+                "labelled emulated)? (yes/no)", False)
+    a["gradient_accumulation_steps"] = asker.ask(
+        "gradient_accumulation_steps", "Gradient accumulation steps?", 1)
+    a["gradient_clipping"] = asker.ask(
+        "gradient_clipping", "Clip the gradient norm to (a number, or none)?", None)
+    return LaunchConfig(**a)
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.config_file).expanduser() if args.config_file else default_config_path()
+    machine = Machine.here()
+    config = default_config(machine) if args.default else questionnaire(Asker(sys.stdin, sys.stdout), machine)
+    save_config(config, path)
+    print(f"accelerate-core config: wrote {path}")
+    return 0

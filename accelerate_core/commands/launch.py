@@ -1,0 +1,207 @@
+"""`accelerate-core launch`: start a training script on N processes from a config and flags.
+
+Order of authority: launch flags, then the config file, then built-in defaults. A setting that
+neither the flags nor a config file name is not passed to the processes at all, so the
+script's own `Accelerator(...)` arguments decide it. Everything is checked before anything
+starts: a bad value or a missing script is one message and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accelerate_core import flat_yaml
+from accelerate_core.commands.supervise import run_supervised
+from accelerate_core.config import (
+    CONFIG_VERSION,
+    LaunchConfig,
+    default_config_path,
+    from_mapping,
+    parse_text,
+)
+from accelerate_core.errors import InvalidSettingError, explain
+from accelerate_core.imports import require_deepspeed
+from accelerate_core.launch_env import (
+    BACKENDS,
+    CONFIG_FILE_VARIABLE,
+    MIXED_PRECISIONS,
+    OFFLOAD_DEVICES,
+    LaunchSettings,
+    config_file_from_environ,
+)
+
+DEFAULT_MULTI_NODE_PORT = 29500  # torchrun's default: every machine must agree on one port
+_DEEPSPEED_ONLY = ("zero_stage", "offload_optimizer_device", "offload_param_device", "cpu_fp16_emulation")
+_TORCHRUN_ENTRY = "accelerate_core.commands.torchrun_entry"
+
+# (flag, config key, metavar, help); every flag is also accepted with underscores.
+_VALUE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
+    ("--backend", "backend", "{" + ",".join(BACKENDS) + "}",
+     "single: one process on one device; ddp: DistributedDataParallel; deepspeed: DeepSpeed ZeRO."),
+    ("--num-processes", "num_processes", "N",
+     "Processes in total, over all machines (each machine runs N / --num-machines)."),
+    ("--num-machines", "num_machines", "N", "Machines taking part (torchrun's --nnodes)."),
+    ("--machine-rank", "machine_rank", "R",
+     "This machine's rank, 0 to num_machines-1 (torchrun's --node-rank)."),
+    ("--main-process-ip", "main_process_ip", "HOST",
+     "Address of machine 0 (torchrun's --master-addr). Default with one machine: 127.0.0.1."),
+    ("--main-process-port", "main_process_port", "PORT",
+     f"Port on machine 0 (torchrun's --master-port). Default: a free port with one machine, "
+     f"{DEFAULT_MULTI_NODE_PORT} with several."),
+    ("--mixed-precision", "mixed_precision", "{" + ",".join(MIXED_PRECISIONS) + "}", "Mixed precision mode."),
+    ("--zero-stage", "zero_stage", "{0,1,2,3}", "DeepSpeed ZeRO stage (with --backend deepspeed)."),
+    ("--offload-optimizer-device", "offload_optimizer_device", "{" + ",".join(OFFLOAD_DEVICES) + "}",
+     "DeepSpeed: where optimizer states live."),
+    ("--offload-param-device", "offload_param_device", "{" + ",".join(OFFLOAD_DEVICES) + "}",
+     "DeepSpeed ZeRO-3: where parameters live."),
+    ("--gradient-accumulation-steps", "gradient_accumulation_steps", "N",
+     "Micro-batches per optimizer step."),
+    ("--gradient-clipping", "gradient_clipping", "X", "Clip the gradient norm to X."),
+)
+_BOOL_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("--cpu", "cpu", "Run on CPU even when CUDA devices are present (gloo backend)."),
+    ("--cpu-fp16-emulation", "cpu_fp16_emulation",
+     "DeepSpeed fp16 on a CPU without native fp16, through DeepSpeed's set_accelerator (an emulation)."),
+)
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "launch",
+        help="Start a training script on one or more processes.",
+        description=(
+            "Start SCRIPT with its arguments on the processes the config file and flags ask for. "
+            "One process runs the script directly; several run through `python -m "
+            "torch.distributed.run` (static rendezvous on 127.0.0.1 and a free port, or on "
+            "--main-process-ip with several machines). Flags override the config file. Exit status: "
+            "the script's (the first failing rank's when several run); 128+N when stopped by signal N."
+        ),
+        epilog=("Config file: --config-file, else $ACCELERATE_CORE_CONFIG_FILE, else "
+                f"{default_config_path()} when it exists. Flags may be spelled with underscores."),
+    )
+    parser.add_argument("--config-file", "--config_file", metavar="FILE",
+                        help="Config written by `accelerate-core config`.")
+    for flag, key, metavar, text in _VALUE_FLAGS:
+        parser.add_argument(*_spellings(flag), dest=key, metavar=metavar, help=text)
+    for flag, key, text in _BOOL_FLAGS:
+        # --cpu / --no-cpu: "not given" (None) must differ from "false", so a flag can undo the file.
+        parser.add_argument(*_spellings(flag), dest=key, action=argparse.BooleanOptionalAction,
+                            default=None, help=text)
+    parser.add_argument("--dry-run", "--dry_run", action="store_true",
+                        help="Print the command and the settings it would pass, and start nothing.")
+    parser.add_argument("script", metavar="script.py", help="The training script to run.")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="Arguments passed on to the script.")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def _spellings(flag: str) -> list[str]:
+    """`--num-processes` and `--num_processes` (torchrun and DeepSpeed's launcher accept both)."""
+    underscored = "--" + flag[2:].replace("-", "_")
+    return [flag] if underscored == flag else [flag, underscored]
+
+
+@dataclass
+class LaunchPlan:
+    config: LaunchConfig
+    settings: LaunchSettings
+    command: list[str]
+    env_updates: dict[str, str] = field(default_factory=dict)
+
+
+def resolve_config(args: argparse.Namespace) -> tuple[LaunchConfig, set[str]]:
+    """The merged config and the keys someone actually set (flags or file)."""
+    named = args.config_file or config_file_from_environ()
+    path = Path(named).expanduser() if named else default_config_path()
+    file_data: dict[str, Any] = {}
+    source = "launch flags"
+    if path.is_file():
+        file_data = flat_yaml.load(path)
+        from_mapping(file_data, f"config file {path}")  # the file must be valid on its own
+        file_data.pop("version", None)
+        source = f"config file {path} with the launch flags"
+    elif named:
+        given = f"--config-file {path}" if args.config_file else f"{CONFIG_FILE_VARIABLE}={path}"
+        raise InvalidSettingError(explain(given, "no such file", "an existing config file",
+                                          "write one with `accelerate-core config --config-file FILE`"))
+    flags: dict[str, Any] = {}
+    for flag, key, _, _ in _VALUE_FLAGS:
+        if getattr(args, key) is not None:
+            flags[key] = parse_text(key, getattr(args, key), f"{flag} {getattr(args, key)}")
+    for _flag, key, _ in _BOOL_FLAGS:
+        if getattr(args, key) is not None:
+            flags[key] = getattr(args, key)
+    merged = {**file_data, **flags}
+    if merged.get("backend", "deepspeed") != "deepspeed":
+        # Switching away from DeepSpeed by flag drops the file's DeepSpeed-only settings.
+        for key in _DEEPSPEED_ONLY:
+            if key not in flags:
+                merged.pop(key, None)
+    if "backend" not in merged:
+        merged["backend"] = "ddp" if merged.get("num_processes", 1) > 1 else "single"
+    config = from_mapping({"version": CONFIG_VERSION, **merged}, source)
+    return config, set(merged)
+
+
+def plan(args: argparse.Namespace) -> LaunchPlan:
+    """Check everything and decide the command and environment; starts nothing."""
+    config, explicit = resolve_config(args)
+    script = Path(args.script)
+    if not script.is_file():
+        raise InvalidSettingError(explain(
+            f"script {args.script!r}", "no such file", "a path to a Python file",
+            "check the path (relative to the current directory)"))
+    if config.backend == "deepspeed":
+        require_deepspeed("--backend deepspeed")
+    settings = config.to_launch_settings(only=explicit)
+    env = settings.to_environ()
+    if config.cpu and config.backend == "deepspeed":
+        env["DS_ACCELERATOR"] = os.environ.get("DS_ACCELERATOR", "cpu")  # DeepSpeed's own selector
+    script_args = list(args.script_args)
+    if config.num_processes == 1:
+        port = config.main_process_port or free_port()
+        # DeepSpeed wants the torchrun variables even for one process, else it tries MPI discovery.
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        command = [sys.executable, str(script), *script_args]
+    else:
+        many = config.num_machines > 1
+        addr = config.main_process_ip if many else (config.main_process_ip or "127.0.0.1")
+        port = config.main_process_port or (DEFAULT_MULTI_NODE_PORT if many else free_port())
+        command = [sys.executable, "-m", _TORCHRUN_ENTRY,
+                   "--nnodes", str(config.num_machines), "--node-rank", str(config.machine_rank),
+                   "--nproc-per-node", str(config.processes_per_machine),
+                   "--rdzv-backend", "static", "--master-addr", str(addr), "--master-port", str(port),
+                   "--max-restarts", "0", str(script), *script_args]
+    return LaunchPlan(config=config, settings=settings, command=command, env_updates=env)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def child_environment(updates: dict[str, str]) -> dict[str, str]:
+    """This process's environment with stale launcher variables removed and the plan's added."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in {LaunchSettings.variable(n) for n in LaunchSettings.__dataclass_fields__}}
+    env.update(updates)
+    return env
+
+
+def run(args: argparse.Namespace) -> int:
+    launch_plan = plan(args)
+    if args.dry_run:
+        print("command: " + " ".join(launch_plan.command))
+        for key, value in sorted(launch_plan.env_updates.items()):
+            print(f"env: {key}={value}")
+        return 0
+    return run_supervised(launch_plan.command, child_environment(launch_plan.env_updates))

@@ -1,0 +1,156 @@
+"""Run the launched command, pass on Ctrl-C/SIGTERM, and leave no process of the run behind.
+
+Why this is more than `subprocess.run`: torchrun starts every rank in a session of its own, so
+killing torchrun's process group does not reach the ranks, and a torchrun killed hard leaves
+them orphaned. On Linux the launcher therefore makes itself a *child subreaper*: whatever the
+run leaves orphaned is re-parented to the launcher instead of init, where the launcher can find
+it (by walking /proc) and stop it once the run is over. Signals are forwarded to the child's
+process group; torchrun passes them on to every rank and stops siblings when one rank fails.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from types import FrameType
+
+_PR_SET_CHILD_SUBREAPER = 36
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+GRACE_S = 5.0  # how long stragglers get between SIGTERM and SIGKILL
+
+
+def become_subreaper() -> bool:
+    """Ask Linux to re-parent orphaned descendants to this process. False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(root: int) -> list[int]:
+    """Pids below `root` in the process tree, read from /proc (empty where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as stat:
+                # The command name may hold spaces and parentheses: split after the last ')'.
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # exited while we looked
+        children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    stack = list(children.get(root, []))
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
+
+
+def _signal_tree(pids: Sequence[int], sig: int) -> None:
+    for pid in pids:
+        for kill in (os.killpg, os.kill):  # the pid's group when it leads one, else the pid
+            try:
+                kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                continue
+            break
+
+
+def _reap_zombies() -> None:
+    """Collect exit statuses of re-parented orphans so they do not stay as zombies."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def stop_leftovers(grace_s: float = GRACE_S) -> list[int]:
+    """SIGTERM every live descendant of this process, SIGKILL what is left after `grace_s`."""
+    me = os.getpid()
+    _reap_zombies()
+    left = descendants(me)
+    if not left:
+        return []
+    _signal_tree(left, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        _reap_zombies()
+        if not descendants(me):
+            return left
+        time.sleep(0.05)
+    _signal_tree(descendants(me), signal.SIGKILL)
+    for _ in range(100):
+        _reap_zombies()
+        if not descendants(me):
+            break
+        time.sleep(0.05)
+    return left
+
+
+@contextmanager
+def _forward_signals(child: subprocess.Popen[bytes]) -> Iterator[list[int]]:
+    """While the child runs, pass SIGINT/SIGTERM/SIGHUP on to its process group.
+
+    The child runs in its own session, so a terminal's Ctrl-C reaches only the launcher; it is
+    passed on once. A second Ctrl-C means "now": every descendant gets SIGKILL.
+    """
+    received: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            _signal_tree([child.pid], signum)
+        else:
+            _signal_tree(descendants(os.getpid()), signal.SIGKILL)
+
+    previous = {sig: signal.signal(sig, handler) for sig in _FORWARDED}
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style exit status: a child killed by signal N gives 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_supervised(command: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run `command` to completion; return its exit status. No descendant outlives the call."""
+    become_subreaper()
+    child = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
+    try:
+        with _forward_signals(child) as received:
+            returncode = child.wait()
+    finally:
+        if child.poll() is None:  # the launcher itself is failing: take the run down with it
+            _signal_tree([child.pid], signal.SIGKILL)
+            child.wait()
+        stopped = stop_leftovers()
+    if stopped:
+        print(f"accelerate-core launch: stopped {len(stopped)} process(es) the run left behind",
+              file=sys.stderr)
+    status = exit_status(returncode)
+    if received and status == 0:
+        status = 128 + received[0]  # interrupted: never report success
+    return status
