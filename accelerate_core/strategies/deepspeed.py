@@ -90,7 +90,11 @@ class DeepSpeedStrategy(Strategy):
 
     def setup_environment(self) -> None:
         prepare_accelerator_choice(self.root_device)
-        if not dist.is_initialized():
+        backend = "gloo" if self.root_device.type == "cpu" else "nccl"
+        init_group = getattr(self.process, "init_process_group", None)
+        if init_group is not None:
+            init_group(backend)  # reuses the launch's group; a lone process gets a one-rank one
+        elif not dist.is_initialized():
             # DeepSpeed wants the launcher's variables even for one process; without them it
             # tries MPI discovery. A lone process gets a one-rank group on a free local port.
             for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
@@ -99,7 +103,7 @@ class DeepSpeedStrategy(Strategy):
             os.environ.setdefault("MASTER_PORT", str(_free_port()))
         import deepspeed
 
-        backend = "gloo" if self.root_device.type == "cpu" else "nccl"
+        # Wraps the existing torch group in deepspeed.comm (creates one only if none exists).
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
 
     # -- preparing --------------------------------------------------------------------------
