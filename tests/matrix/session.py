@@ -1,0 +1,113 @@
+"""The matrix as pytest items: shared launches, cached results, reports of pytest runs.
+
+The first item of a launch group to run asks harness.runner.run_cells for every *selected*
+cell of its group at once (one launch, as `python -m harness run` does), caches the results,
+and each item then asserts its own. Under pytest-xdist, run with `--dist loadgroup` so that a
+group's items land on one worker (items carry `xdist_group` marks named by launch group);
+with another --dist mode the results are still right, only a group may be launched twice.
+
+Settings come from environment variables (they reach xdist workers unchanged):
+  MATRIX_ENV         the matrix.toml environment this run is in (default: deepspeed if it is
+                     installed, else nodeepspeed)
+  MATRIX_REPORT_DIR  where reports go (default: reports/pytest/<env>)
+  MATRIX_TIMEOUT     per-cell timeout in seconds (default 120)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from accelerate_core.imports import is_deepspeed_available
+from harness.cells import Cell, load_matrix
+from harness.outcome import CellResult
+from harness.report import environment_info, write_reports
+from harness.runner import RunInterrupted, RunOptions, launch_group_key, run_cells
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def env_name() -> str:
+    return os.environ.get("MATRIX_ENV") or ("deepspeed" if is_deepspeed_available() else "nodeepspeed")
+
+
+def report_dir() -> Path:
+    configured = os.environ.get("MATRIX_REPORT_DIR")
+    return Path(configured) if configured else REPO_ROOT / "reports" / "pytest" / env_name()
+
+
+def cell_of(item: pytest.Item) -> Cell | None:
+    callspec = getattr(item, "callspec", None)
+    cell = callspec.params.get("cell") if callspec is not None else None
+    return cell if isinstance(cell, Cell) else None
+
+
+class MatrixSession:
+    """Results of the cells run in this pytest process, filled one launch group at a time."""
+
+    def __init__(self, items: Iterable[pytest.Item]) -> None:
+        self.items = list(items)
+        self.results: dict[str, CellResult] = {}
+        self.matrix = load_matrix()
+        self.order = {cell.id: i for i, cell in enumerate(self.matrix.all_cells())}
+
+    def result_for(self, cell: Cell) -> CellResult:
+        if cell.id not in self.results:
+            self._run_group(launch_group_key(cell), cell)
+        return self.results[cell.id]
+
+    def _run_group(self, key: str, cell: Cell) -> None:
+        # Every selected item of this group not run yet (this item included, even if the
+        # session's item list somehow lacks it).
+        group = [c for c in map(cell_of, self.items) if c is not None and launch_group_key(c) == key]
+        cells = list({c.id: c for c in [*group, cell] if c.id not in self.results}.values())
+        options = RunOptions(
+            report_dir=self._work_dir(),
+            timeout_s=float(os.environ.get("MATRIX_TIMEOUT", "120")),
+            env_name=env_name(),
+            matrix=self.matrix,
+        )
+        try:
+            results = run_cells(cells, options)
+        except RunInterrupted as exc:  # Ctrl-C: keep what finished for the report, then stop
+            self.results.update({r.id: r for r in exc.results})
+            raise KeyboardInterrupt from exc
+        self.results.update({r.id: r for r in results})
+
+    def _work_dir(self) -> Path:
+        # Records of each xdist worker in their own folder: two launches never share files.
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        return report_dir() / "work" / worker
+
+    def write_reports(self) -> Path | None:
+        """Write this process's results; under xdist, merge every worker's part of this run."""
+        if not self.results:
+            return None
+        target = report_dir()
+        results = sorted(self.results.values(), key=lambda r: self.order.get(r.id, len(self.order)))
+        run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+        if run_id is None:
+            write_reports(results, environment_info(env_name()), target)
+            return target
+        parts = target / "parts" / run_id
+        parts.mkdir(parents=True, exist_ok=True)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+        (parts / f"{worker}.json").write_text(json.dumps([r.to_json() for r in results]))
+        with (target / ".lock").open("w") as lock:
+            # Workers finish in any order; each merges all parts so far, the last one has all.
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            merged: dict[str, CellResult] = {}
+            for part in sorted(parts.glob("*.json")):
+                merged.update({d["id"]: CellResult.from_json(d) for d in json.loads(part.read_text())})
+            ordered = sorted(merged.values(), key=lambda r: self.order.get(r.id, len(self.order)))
+            write_reports(ordered, environment_info(env_name()), target)
+            for old in (target / "parts").iterdir():  # parts of earlier runs
+                if old.name != run_id:
+                    shutil.rmtree(old, ignore_errors=True)
+        return target
