@@ -1,0 +1,130 @@
+"""`python -m harness list|run|golden|ci`.
+
+Exit codes: 0 nothing failed unexpectedly; 1 a cell failed (failed, xpassed, error, timeout,
+crashed) or goldens/workflows differ; 2 bad input (the message says what, why, valid, fix);
+130/143 interrupted by SIGINT/SIGTERM (the partial report is written first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _selection_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k grammar over cell ids")
+    parser.add_argument("-m", dest="markexpr", metavar="MARKEXPR", help="pytest marker expression")
+    parser.add_argument("--matrix", type=Path, default=None, help="matrix file (default matrix/matrix.toml)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    lister = sub.add_parser("list", help="list the selected cells and whether each runs here")
+    _selection_args(lister)
+    run = sub.add_parser("run", help="run the selected cells and write a report")
+    _selection_args(run)
+    run.add_argument("--report-dir", type=Path, default=None, help="default reports/<env-name>")
+    run.add_argument("--isolate", action="store_true", help="one launch per cell")
+    run.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="per cell")
+    again = run.add_mutually_exclusive_group()
+    again.add_argument("--resume", type=Path, metavar="DIR", help="run only cells missing or failed in DIR")
+    again.add_argument("--last-failed", action="store_true", help="--resume the report dir")
+    run.add_argument("--env-name", default=None, help="environment of matrix.toml (default: detected)")
+    run.add_argument(
+        "--compare-records",
+        type=Path,
+        metavar="DIR",
+        help="another environment's report dir: non-DeepSpeed records must be identical",
+    )
+    run.add_argument("--no-emulation", action="store_true", help="skip fp16 DeepSpeed CPU cells")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    golden = sub.add_parser("golden", help="check (default) or update the golden baselines")
+    golden.add_argument("--update", action="store_true")
+    golden.add_argument("--check", action="store_true")
+    golden.add_argument("--task", action="append", default=None)
+    golden.add_argument("--precision", action="append", default=None)
+    ci = sub.add_parser("ci", help="write .github/workflows from matrix.toml")
+    ci.add_argument("--check", action="store_true", help="exit 1 when committed files differ")
+    ci.add_argument("--matrix", type=Path, default=None)
+    return parser
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from harness.availability import check, probe_host
+    from harness.cli_run import selected_cells
+
+    matrix, cells = selected_cells(args)
+    host = probe_host()
+    for cell in cells:
+        verdict = check(cell, host)
+        expected = matrix.expected_outcome(cell)
+        state = (
+            "runs" + (" (emulated)" if verdict.emulated else "")
+            if verdict.runnable
+            else "skip: " + verdict.reason
+        )
+        note = f"  [expected: {expected.status}: {expected.reason}]" if expected else ""
+        print(f"{cell.id:<36} {','.join(cell.markers):<32} {state}{note}")
+    print(f"{len(cells)} cell(s)")
+    return EXIT_OK
+
+
+def cmd_golden(args: argparse.Namespace) -> int:
+    from harness import golden
+
+    if args.update:
+        changed = golden.update_goldens(tasks=args.task, precisions=args.precision)
+        print("\n".join(changed) if changed else "goldens unchanged")
+        return EXIT_OK
+    differences = golden.check_goldens()
+    for line in differences:
+        print(line)
+    print("goldens reproduce bit for bit" if not differences else f"{len(differences)} difference(s)")
+    return EXIT_FAILED if differences else EXIT_OK
+
+
+def cmd_ci(args: argparse.Namespace) -> int:
+    from harness import ci
+
+    if args.check:
+        stale = ci.stale_workflows(matrix_path=args.matrix)
+        for path in stale:
+            print(f"{path}: differs from what `python -m harness ci` renders from matrix.toml")
+        return EXIT_FAILED if stale else EXIT_OK
+    for path in ci.write_workflows(matrix_path=args.matrix):
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from harness.cli_run import UsageError, cmd_run
+
+    commands = {"list": cmd_list, "run": cmd_run, "golden": cmd_golden, "ci": cmd_ci}
+    try:
+        return commands[args.command](args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:
+        # Our own input errors (matrix, selection, goldens, report dir) carry full messages.
+        if type(exc).__name__ in (
+            "MatrixError",
+            "SelectionError",
+            "GoldenError",
+            "ReportDirError",
+            "RecordError",
+            "ConfigFileError",
+            "InvalidSettingError",
+        ):
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

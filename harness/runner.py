@@ -1,0 +1,202 @@
+"""Run cells: skip what cannot run here, group the rest by launch shape, launch, judge.
+
+Public API (helper code, pytest items and the CLI rely on it; keep exact):
+  RunOptions                                  what a run needs (dataclass below)
+  run_cells(cells, options, progress=None) -> list[CellResult]
+      one result for EVERY requested cell, in the order given; a cell's failure never raises.
+      Ctrl-C / SIGTERM raise RunInterrupted carrying the results finished so far.
+  launch_group_key(cell) -> str
+      cells with the same key share a launch ("cpu2"): pytest-xdist groups items by it.
+
+Speed comes from sharing: a launch costs seconds of start-up (imports, process group,
+DeepSpeed's first initialize), a cell inside a running launch about a second. So every cell of
+one shape runs in one launch; after a cell breaks a launch (crash, hang, exception), the cells
+not yet run go on in a fresh launch.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness.availability import Host, check, probe_host
+from harness.cells import Cell
+from harness.judge import apply_expected, judge_record, new_result
+from harness.launch import cleanup_all, run_launch
+from harness.matrix_file import Matrix, load_matrix
+from harness.outcome import CellResult, Status
+
+
+class ProgressLike(Protocol):
+    def cell_started(self, cell_id: str) -> None: ...
+    def cell_finished(self, result: CellResult) -> None: ...
+
+
+@dataclass
+class RunOptions:
+    report_dir: Path
+    timeout_s: float = 120.0  # per cell, from its start; start-up of a launch has its own grace
+    isolate: bool = False  # one launch per cell (slow; for comparison and debugging)
+    env_name: str = ""  # the environment of matrix.toml this run is in (reports, expectations)
+    matrix_path: Path | None = None
+    compare_records: Path | None = None  # another environment's report dir: cross-check records
+    allow_cpu_fp16_emulation: bool = True
+    host: Host | None = None  # tests inject a host; None = probe this machine
+    matrix: Matrix | None = None  # already loaded (saves a re-read); None = load matrix_path
+
+
+class RunInterrupted(Exception):
+    """SIGINT/SIGTERM during a run: every launch was stopped; `results` holds the finished cells."""
+
+    def __init__(self, results: list[CellResult], signal_name: str = "SIGINT") -> None:
+        super().__init__(f"run interrupted by {signal_name}; {len(results)} cell(s) finished")
+        self.results = results
+        self.signal_name = signal_name
+
+
+def launch_group_key(cell: Cell) -> str:
+    """Cells with the same key run in one launch: same device kind and number of processes."""
+    return f"{cell.device}{cell.processes}"
+
+
+@dataclass
+class _Run:
+    options: RunOptions
+    matrix: Matrix | None
+    progress: ProgressLike | None
+    emulated: dict[str, bool] = field(default_factory=dict)
+    results: dict[str, CellResult] = field(default_factory=dict)
+
+    @property
+    def records_dir(self) -> Path:
+        return self.options.report_dir / "records"
+
+    def finish(self, cell: Cell, result: CellResult) -> None:
+        expected = self.matrix.expected_outcome(cell, self.options.env_name) if self.matrix else None
+        result.environment = self.options.env_name
+        self.results[cell.id] = apply_expected(result, expected)
+        if self.progress is not None:
+            self.progress.cell_finished(self.results[cell.id])
+
+
+def run_cells(
+    cells: list[Cell], options: RunOptions, progress: ProgressLike | None = None
+) -> list[CellResult]:
+    matrix = options.matrix or _try_load(options.matrix_path)
+    run = _Run(options, matrix, progress)
+    host = options.host or probe_host(options.allow_cpu_fp16_emulation)
+    by_id = {cell.id: cell for cell in cells}
+    groups: dict[str, list[Cell]] = {}
+    for cell in by_id.values():
+        verdict = check(cell, host)
+        if not verdict.runnable:
+            run.finish(
+                cell, new_result(cell, Status.SKIPPED, verdict.reason, extra={"reason_code": verdict.code})
+            )
+            continue
+        run.emulated[cell.id] = verdict.emulated
+        groups.setdefault(launch_group_key(cell), []).append(cell)
+    options.report_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        for key, group in groups.items():
+            _run_group(run, key, group)
+    except KeyboardInterrupt as exc:
+        cleanup_all()
+        raise RunInterrupted(
+            [run.results[c] for c in by_id if c in run.results], str(exc) or "SIGINT"
+        ) from None
+    return [run.results[cell_id] for cell_id in by_id]
+
+
+def _try_load(path: Path | None) -> Matrix | None:
+    return load_matrix(path)
+
+
+def _run_group(run: _Run, key: str, group: list[Cell]) -> None:
+    for cell in group:  # a stale record of an earlier run must never be judged as this run's
+        for suffix in (".json", ".safetensors"):
+            (run.records_dir / (cell.id + suffix)).unlink(missing_ok=True)
+    queue = list(group)
+    launch_no = 0
+    by_id = {c.id: c for c in group}
+    while queue:
+        batch = queue[:1] if run.options.isolate else queue
+        launch_no += 1
+        run_dir = run.options.report_dir / "launches" / f"{key}-{launch_no:03d}"
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        outcome = run_launch(
+            batch,
+            run.emulated,
+            run_dir,
+            run.records_dir,
+            run.options.timeout_s,
+            on_started=_started(run),
+            on_finished=_judged(run, by_id),
+        )
+        if outcome.broken_cell is not None:
+            cell = by_id[outcome.broken_cell]
+            status = Status(outcome.broken_status)
+            first = outcome.detail.strip().splitlines()[0] if outcome.detail.strip() else ""
+            reason = {
+                Status.CRASHED: f"a rank died during the cell ({first})",
+                Status.TIMEOUT: f"no result within --timeout {run.options.timeout_s:g} s; "
+                "Python stacks of every rank in detail",
+                Status.ERROR: f"an exception in the cell: {_last_line(outcome.detail)}",
+            }[status]
+            run.finish(
+                cell,
+                new_result(
+                    cell,
+                    status,
+                    reason,
+                    detail=outcome.detail,
+                    emulated=run.emulated.get(cell.id, False),
+                    extra={"launch_dir": str(run_dir)},
+                ),
+            )
+        queue = outcome.not_started if not run.options.isolate else queue[1:]
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip() and not line.startswith("---")]
+    return lines[-1].strip() if lines else "(no message)"
+
+
+def _started(run: _Run) -> Callable[[str], None]:
+    def started(cell_id: str) -> None:
+        if run.progress is not None:
+            run.progress.cell_started(cell_id)
+
+    return started
+
+
+def _judged(run: _Run, by_id: dict[str, Cell]) -> Callable[[str, float], None]:
+    def judged(cell_id: str, seconds: float) -> None:
+        cell = by_id[cell_id]
+        result = judge_record(
+            cell,
+            run.records_dir / cell_id,
+            duration_s=seconds,
+            emulated=run.emulated.get(cell_id, False),
+            env_name=run.options.env_name,
+            compare_dir=_compare_dir(run.options),
+        )
+        run.finish(cell, result)
+
+    return judged
+
+
+def _compare_dir(options: RunOptions) -> Path | None:
+    return options.compare_records / "records" if options.compare_records is not None else None
+
+
+def describe(results: list[CellResult]) -> dict[str, Any]:
+    """Counts by status (the summary the CLI prints and the exit code is decided from)."""
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.status.value] = counts.get(result.status.value, 0) + 1
+    return counts
