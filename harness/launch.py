@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,6 +38,7 @@ class LaunchOutcome:
     # The cell that was running when the launch ended badly, and how it ended.
     broken_cell: str | None = None
     broken_status: str = ""  # "crashed" | "timeout" | "error"
+    broken_seconds: float = 0.0  # from the broken cell's start (or the launch's) to its end
     detail: str = ""
     not_started: list[Cell] = field(default_factory=list)
 
@@ -138,6 +140,8 @@ def run_launch(
             proc.wait(timeout=30)
     finally:
         stop(proc, run_dir)
+    if outcome.broken_cell is not None:
+        outcome.broken_seconds = time.monotonic() - started.get(outcome.broken_cell, launch_start)
     done_ids = set(outcome.finished) | {outcome.broken_cell}
     outcome.not_started = [c for c in cells if c.id not in done_ids]
     return outcome
@@ -172,7 +176,7 @@ def _on_exit(
     # others then fail in their collectives, which is a consequence, not the cause.
     if any(r not in errors for r in dead) or not errors:
         outcome.broken_status = "crashed"
-        silent = {r for r in dead if r not in errors}
+        silent = {r: c for r, c in dead.items() if r not in errors}
         outcome.detail = crash_detail(run_dir, proc.returncode, silent) + (
             "\n" + error_text if errors else ""
         )
@@ -182,12 +186,15 @@ def _on_exit(
     outcome.broken_cell = running.id
 
 
-def crash_detail(run_dir: Path, returncode: int | None, dead: set[int], lines: int = 40) -> str:
+def crash_detail(run_dir: Path, returncode: int | None, dead: dict[int, int], lines: int = 40) -> str:
     """Which rank died (from torchrun's failure summary) and the tail of that rank's output."""
     launcher = _read(run_dir / "launcher.log")
     logs = sorted((run_dir / "logs").glob("rank*.log"))
     chosen = [p for p in logs if int(p.stem[4:]) in dead] or logs
-    parts = [f"launch exited with code {returncode}; rank(s) that died: {sorted(dead) or 'unknown'}"]
+    who = ", ".join(f"rank {r} died ({describe_exit(c)})" for r, c in sorted(dead.items()))
+    parts = [
+        (who or "a rank died (which one, the launcher did not say)") + f"; launch exit code {returncode}"
+    ]
     for path in chosen:
         tail = "\n".join(_read(path).splitlines()[-lines:])
         parts.append(f"--- tail of {path.stem} output ---\n{tail}")
@@ -195,15 +202,23 @@ def crash_detail(run_dir: Path, returncode: int | None, dead: set[int], lines: i
     return "\n".join(parts)
 
 
-def _dead_ranks(launcher_log: str) -> set[int]:
-    # torchrun's summary: "rank      : 1 (local_rank: 1)" followed by "exitcode  : 13 (pid: ...)"
-    import re
-
-    ranks = set()
+def _dead_ranks(launcher_log: str) -> dict[int, int]:
+    """rank -> exit code of ranks that died on their own (torchrun's failure summary:
+    "rank      : 1 (local_rank: 1)" then "exitcode  : 13 (pid: ...)")."""
+    ranks = {}
     for match in re.finditer(r"rank\s*:\s*(\d+)\s*\(local_rank.*?\n\s*exitcode\s*:\s*(-?\d+)", launcher_log):
         if match.group(2) not in ("0", "-15"):  # -15: stopped by torchrun after another rank died
-            ranks.add(int(match.group(1)))
+            ranks[int(match.group(1))] = int(match.group(2))
     return ranks
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def _read(path: Path) -> str:

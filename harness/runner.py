@@ -142,7 +142,7 @@ def _run_group(run: _Run, key: str, group: list[Cell]) -> None:
             status = Status(outcome.broken_status)
             first = outcome.detail.strip().splitlines()[0] if outcome.detail.strip() else ""
             reason = {
-                Status.CRASHED: f"a rank died during the cell ({first})",
+                Status.CRASHED: f"{first}; tail of its output in detail",
                 Status.TIMEOUT: f"no result within --timeout {run.options.timeout_s:g} s; "
                 "Python stacks of every rank in detail",
                 Status.ERROR: f"an exception in the cell: {_last_line(outcome.detail)}",
@@ -155,6 +155,7 @@ def _run_group(run: _Run, key: str, group: list[Cell]) -> None:
                     reason,
                     detail=outcome.detail,
                     emulated=run.emulated.get(cell.id, False),
+                    duration_s=round(outcome.broken_seconds, 3),
                     extra={"launch_dir": str(run_dir)},
                 ),
             )
