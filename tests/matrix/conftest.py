@@ -38,4 +38,4 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if target is not None and not hasattr(session.config, "workerinput"):
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.write_line(f"matrix report: {target / 'report.html'}")
+            reporter.write_sep("-", f"matrix report: {target / 'report.html'}")

@@ -11,6 +11,7 @@ Settings come from environment variables (they reach xdist workers unchanged):
                      installed, else nodeepspeed)
   MATRIX_REPORT_DIR  where reports go (default: reports/pytest/<env>)
   MATRIX_TIMEOUT     per-cell timeout in seconds (default 120)
+  MATRIX_FILE        another matrix file (default matrix/matrix.toml)
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ def env_name() -> str:
     return os.environ.get("MATRIX_ENV") or ("deepspeed" if is_deepspeed_available() else "nodeepspeed")
 
 
+def matrix_file() -> Path | None:
+    configured = os.environ.get("MATRIX_FILE")
+    return Path(configured) if configured else None
+
+
 def report_dir() -> Path:
     configured = os.environ.get("MATRIX_REPORT_DIR")
     return Path(configured) if configured else REPO_ROOT / "reports" / "pytest" / env_name()
@@ -54,7 +60,7 @@ class MatrixSession:
     def __init__(self, items: Iterable[pytest.Item]) -> None:
         self.items = list(items)
         self.results: dict[str, CellResult] = {}
-        self.matrix = load_matrix()
+        self.matrix = load_matrix(matrix_file())
         self.order = {cell.id: i for i, cell in enumerate(self.matrix.all_cells())}
 
     def result_for(self, cell: Cell) -> CellResult:

@@ -13,13 +13,13 @@ import pytest
 from harness.cells import Cell, load_matrix
 from harness.outcome import Status
 from harness.report.text import failure_text
-from tests.matrix.session import MatrixSession
+from tests.matrix.session import MatrixSession, matrix_file
 
 
 def _params() -> list[object]:
     return [
         pytest.param(cell, id=cell.id, marks=[getattr(pytest.mark, name) for name in cell.markers])
-        for cell in load_matrix().cells
+        for cell in load_matrix(matrix_file()).cells
     ]
 
 

@@ -1,0 +1,86 @@
+"""The matrix items themselves: selection by marker, and one launch per group of selected cells."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.cells import Cell, load_matrix
+from harness.outcome import CellResult, Status
+from tests.matrix import session as session_module
+from tests.matrix.session import REPO_ROOT, MatrixSession
+
+
+@pytest.fixture
+def matrix_copy(tmp_path: Path) -> Path:
+    """The real matrix.toml with two registered tasks, so the test holds however the task list changes."""
+    text = (REPO_ROOT / "matrix" / "matrix.toml").read_text()
+    lines = [
+        'task = ["regression", "classifier"]' if line.startswith("task = ") else line
+        for line in text.splitlines()
+    ]
+    path = tmp_path / "matrix.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _collect(matrix_file: Path, *args: str) -> list[str]:
+    env = {**os.environ, "MATRIX_FILE": str(matrix_file)}
+    command = [sys.executable, "-m", "pytest", "tests/matrix/test_matrix.py", "--collect-only", "-q"]
+    command += ["-p", "no:cacheprovider", *args]
+    out = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return [line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines() if "::test_cell[" in line]
+
+
+def test_marker_selection_collects_exactly_the_matching_cells(matrix_copy: Path) -> None:
+    cells = load_matrix(matrix_copy).cells
+    assert _collect(matrix_copy) == [c.id for c in cells]
+    assert _collect(matrix_copy, "-m", "deepspeed") == [c.id for c in cells if c.is_deepspeed]
+    assert _collect(matrix_copy, "-m", "bf16 and not gpu and not multi_gpu") == [
+        c.id for c in cells if c.precision == "bf16" and c.device == "cpu"
+    ]
+    assert _collect(matrix_copy, "-k", "regression-cpu2") == [
+        c.id for c in cells if c.task == "regression" and c.device == "cpu" and c.processes == 2
+    ]
+
+
+class _Item:
+    """Just what MatrixSession reads from a pytest item: its parametrized cell."""
+
+    def __init__(self, cell: Cell) -> None:
+        self.callspec = type("CallSpec", (), {"params": {"cell": cell}})()
+
+
+def test_one_run_per_launch_group_of_the_selected_cells(
+    monkeypatch: pytest.MonkeyPatch, matrix_copy: Path, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MATRIX_FILE", str(matrix_copy))
+    monkeypatch.setenv("MATRIX_REPORT_DIR", str(tmp_path / "reports"))
+    selected = [Cell.from_id(i) for i in ("regression-cpu2-ddp-fp32", "regression-cpu1-single-fp32",
+                                          "classifier-cpu2-zero3-bf16")]  # fmt: skip
+    calls: list[list[str]] = []
+
+    def fake_run_cells(cells: list[Cell], options: Any, progress: Any = None) -> list[CellResult]:
+        # Stands in for the launches only; the real ones run as the matrix items themselves.
+        calls.append([c.id for c in cells])
+        return [
+            CellResult(c.id, c.task, c.device, c.strategy, c.processes, c.precision, Status.PASSED)
+            for c in cells
+        ]
+
+    monkeypatch.setattr(session_module, "run_cells", fake_run_cells)
+    session = MatrixSession([_Item(c) for c in selected])  # type: ignore[misc]
+    for cell in selected:
+        assert session.result_for(cell).id == cell.id
+    assert calls == [
+        ["regression-cpu2-ddp-fp32", "classifier-cpu2-zero3-bf16"],
+        ["regression-cpu1-single-fp32"],
+    ]
+    target = session.write_reports()
+    assert target == tmp_path / "reports" and (target / "report.json").is_file()
