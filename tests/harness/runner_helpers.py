@@ -1,0 +1,98 @@
+"""Shared by the runner, CLI and fault tests: a small matrix file, a CLI run in a subprocess,
+and the check that no process of a run is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# A small real matrix: the `regression` task (its goldens are checked in) on one process and on
+# two with DDP, in fp32 only (the fastest cells), plus the canaries as opt-in cells.
+SMALL_MATRIX = """
+[axes]
+task = ["regression"]
+device = ["cpu", "cuda"]
+strategy = ["single", "ddp"]
+precision = ["fp32"]
+
+[[shapes]]
+device = "cpu"
+processes = 1
+strategies = ["single"]
+
+[[shapes]]
+device = "cpu"
+processes = 2
+strategies = ["ddp"]
+
+[[shapes]]
+device = "cuda"
+processes = 2
+strategies = ["ddp"]
+
+[[include]]
+ids = ["canary_crash-cpu2-ddp-fp32", "canary_hang-cpu2-ddp-fp32", "canary_nan-cpu1-single-fp32"]
+opt_in = "canary"
+reason = "fault canaries: only when named with -k canary"
+"""
+
+
+def write_matrix(directory: Path, text: str = SMALL_MATRIX, extra: str = "") -> Path:
+    path = directory / "matrix.toml"
+    path.write_text(text + extra, encoding="utf-8")
+    return path
+
+
+def harness_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "harness", *args]
+
+
+def run_harness(
+    *args: str, timeout: float = 240.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m harness ARGS` from the repo root; the output comes back as text."""
+    full_env = {**os.environ, **(env or {}), "CI": "1"}  # CI=1: plain progress lines, no live bar
+    return subprocess.run(
+        harness_cmd(*args), cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, env=full_env
+    )
+
+
+def processes_mentioning(marker: str) -> list[psutil.Process]:
+    """Live processes whose command line contains `marker` (e.g. a test's unique tmp dir): a
+    launch's torchrun and ranks carry the run's report dir in their arguments."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmdline = " ".join(proc.info["cmdline"] or [])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if marker in cmdline and proc.pid != os.getpid():
+            found.append(proc)
+    return found
+
+
+def assert_no_leftovers(marker: str, wait_s: float = 5.0) -> None:
+    """No process of the run remains (after a short grace for exits already under way)."""
+    deadline = time.monotonic() + wait_s
+    left = processes_mentioning(marker)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, f"processes left behind: {[(p.pid, ' '.join(p.cmdline())) for p in left]}"
+
+
+def report(report_dir: Path) -> dict[str, Any]:
+    return json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
+
+
+def cells_by_id(report_dir: Path) -> dict[str, dict[str, Any]]:
+    return {cell["id"]: cell for cell in report(report_dir)["cells"]}
