@@ -62,7 +62,7 @@ def test_every_requested_cell_has_a_result_in_order(grouped: tuple[Path, list[Ce
 def test_cells_of_one_shape_share_a_launch_and_a_failure_starts_a_fresh_one(
     grouped: tuple[Path, list[CellResult], Recorder],
 ) -> None:
-    report_dir, results, _ = grouped
+    report_dir = grouped[0]
     launches = sorted(p.name for p in (report_dir / "launches").iterdir())
     # cpu1: launch 1 ends with the erroring cell; the two cells after it share launch 2.
     assert launches == ["cpu1-001", "cpu1-002", "cpu2-001"]
