@@ -7,13 +7,22 @@ from harness.outcome import CellResult, Comparison, Status
 DETAIL_TAIL_CHARS = 4000  # enough for a traceback or a stack dump's end, small enough to read
 
 
+def _num(value: object, spec: str = ".3g") -> str:
+    """Format a number; a value read back from report.json may be "nan" (JSON has no NaN)."""
+    try:
+        return format(float(value), spec)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def comparison_line(c: Comparison) -> str:
     verdict = "ok  " if c.ok else "FAIL"
     where = f" first diverged at {c.first_divergence}" if c.first_divergence else ""
     note = f" ({c.note})" if c.note else ""
+    used = f", {_num(c.tolerance_used, '.0%')} of tolerance used" if c.tolerance_used else ""
     return (
-        f"{verdict} {c.quantity}: max_abs_diff={c.max_abs_diff:.3g} max_rel_diff={c.max_rel_diff:.3g} "
-        f"(atol={c.atol:.3g}, rtol={c.rtol:.3g}, {c.tolerance_used:.0%} of tolerance used){where}{note}"
+        f"{verdict} {c.quantity}: max_abs_diff={_num(c.max_abs_diff)} max_rel_diff={_num(c.max_rel_diff)} "
+        f"(atol={_num(c.atol)}, rtol={_num(c.rtol)}{used}){where}{note}"
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -253,3 +254,17 @@ def test_print_summary_lists_every_cell_and_the_headline() -> None:
         assert r.id in text
     counts = "1 passed, 1 failed, 1 skipped, 1 xfailed, 1 xpassed, 1 error, 1 timeout, 1 crashed"
     assert f"{counts} (8 cells)" in text
+
+
+def test_reports_render_results_read_back_from_report_json(tmp_path: Path) -> None:
+    """A NaN diff is written as "nan"; results loaded back (e.g. --resume) still render."""
+    nan_cell = result(
+        "mlp-cpu1-single-fp32", Status.FAILED, "records differ between environments",
+        comparisons=[Comparison("cross_environment", False, math.nan, math.nan, 0.0, 0.0, note="missing")],
+    )  # fmt: skip
+    write_reports([nan_cell], ENV, tmp_path / "first")
+    data = json.loads((tmp_path / "first" / "report.json").read_text())
+    assert data["cells"][0]["comparisons"][0]["max_abs_diff"] == "nan"
+    back = [CellResult.from_json(c) for c in data["cells"]]
+    write_reports(back, ENV, tmp_path / "second")
+    assert "max_abs_diff=nan" in (tmp_path / "second" / "junit.xml").read_text()
