@@ -61,10 +61,15 @@ class ShardedBatchSampler(Sampler[list[int]]):
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
-        order = self.order(self.epoch)
+        # Read epoch and skip now, not at the first next(): the loader resets skip right after
+        # creating its iterator.
+        return self._batches(self.epoch, self.skip)
+
+    def _batches(self, epoch: int, skip: int) -> Iterator[list[int]]:
+        order = self.order(epoch)
         size = self.global_batch_size
         start = self.rank * self.batch_size
-        for step in range(self.skip, len(self)):
+        for step in range(skip, len(self)):
             block = order[step * size:(step + 1) * size]
             if len(block) < size and order:
                 # Wrap around (repeatedly, for a dataset smaller than one global batch).
