@@ -3,7 +3,7 @@ loop), built to carry the features that distributed backends get wrong:
 
 - a frozen parameter (`embed`: it must come back unchanged and must not need a gradient),
 - a persistent buffer (`input_scale`: it must survive state-dict consolidation),
-- a 0-dim parameter (`temperature`: ZeRO-3 partitions parameters by flattening them),
+- a one-element parameter beside a weight in one module (`head.temperature`),
 - three parameter groups with different lr and weight decay (AdamW),
 - a warm-up then linear-decay LR scheduler, gradient accumulation over 2 micro-steps,
 - an eval set of 37 samples, which divides by no world size above 1.
@@ -19,6 +19,20 @@ from torch import nn
 from harness.tasks.base import Task, TaskOutput, trainable
 
 
+class ScaledHead(nn.Module):
+    """A linear head with a learnt temperature. The temperature lives here, not on the root
+    module: under ZeRO-3 a parameter used directly in the root's forward beside submodules fails
+    (see the `scalar` task and matrix.toml), and this task is meant to pass there."""
+
+    def __init__(self, hidden: int, classes: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden, classes)
+        self.temperature = nn.Parameter(torch.ones(1))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.linear(hidden) * self.temperature
+
+
 class Classifier(nn.Module):
     def __init__(self, features: int, hidden: int, classes: int) -> None:
         super().__init__()
@@ -27,13 +41,12 @@ class Classifier(nn.Module):
         self.embed = nn.Linear(features, hidden)
         self.embed.requires_grad_(False)
         self.body = nn.Linear(hidden, hidden)
-        self.head = nn.Linear(hidden, classes)
-        self.temperature = nn.Parameter(torch.tensor(1.0))
+        self.head = ScaledHead(hidden, classes)
 
     def forward(self, inputs: torch.Tensor, labels: torch.Tensor | None = None) -> TaskOutput:
         hidden = self.embed(inputs * self.input_scale)
         hidden = hidden + nn.functional.gelu(self.body(hidden))
-        logits = self.head(hidden) * self.temperature
+        logits = self.head(hidden)
         loss = None if labels is None else nn.functional.cross_entropy(logits.float(), labels)
         return TaskOutput(loss=loss, logits=logits)
 
@@ -60,8 +73,8 @@ class ClassifierTask(Task):
     def _make_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         groups = [
             {"params": list(trainable(model, ("body.",))), "lr": 2e-2, "weight_decay": 0.01},
-            {"params": list(trainable(model, ("head.",))), "lr": 1e-2, "weight_decay": 0.0},
-            {"params": list(trainable(model, ("temperature",))), "lr": 5e-3, "weight_decay": 0.0},
+            {"params": list(trainable(model, ("head.linear.",))), "lr": 1e-2, "weight_decay": 0.0},
+            {"params": list(trainable(model, ("head.temperature",))), "lr": 5e-3, "weight_decay": 0.0},
         ]
         return torch.optim.AdamW(groups)
 

@@ -40,6 +40,19 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
+class Positions(nn.Module):
+    """Learnt absolute positions. A module of its own on purpose: under ZeRO-3 (DeepSpeed
+    0.19.8) the same parameter used directly in the root module's forward fails in backward
+    ("size of tensor a (0) must match ... b (16)"); as a submodule it trains."""
+
+    def __init__(self, length: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(0.02 * torch.randn(length, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.weight[: x.shape[1]]
+
+
 class TinyLM(nn.Module):
     def __init__(self, vocab: int, length: int, dim: int, heads: int) -> None:
         super().__init__()
@@ -47,14 +60,14 @@ class TinyLM(nn.Module):
         # Embedding's default N(0, 1) makes the tied head's first logits huge (loss ~13 for a
         # vocabulary of 24): a chaotic start that would amplify rounding, not test backends.
         nn.init.normal_(self.embed.weight, std=0.1)
-        self.position = nn.Parameter(0.02 * torch.randn(length, dim))
+        self.position = Positions(length, dim)
         self.block = Block(dim, heads)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
         self.head.weight = self.embed.weight  # tied
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> TaskOutput:
-        hidden = self.block(self.embed(input_ids) + self.position[: input_ids.shape[1]])
+        hidden = self.block(self.position(self.embed(input_ids)))
         logits = self.head(self.norm(hidden))
         loss = None
         if labels is not None:
