@@ -37,7 +37,8 @@ _YAML_SPECIAL = re.compile(
     re.X,
 )
 # Plain scalars starting with these mean something else in YAML (flow, anchors, tags, blocks...).
-_INDICATORS = tuple("[]{}&*!|>%@`,?-")
+_INDICATORS = tuple("[]{}&*!|>%@`,")
+_BLOCK_INDICATOR = re.compile(r"^[-?:](\s|$)")  # "- item", "? key": sequences and complex keys
 
 
 def dump(mapping: Mapping[str, Scalar], header: str = "") -> str:
@@ -165,7 +166,7 @@ def _parse_value(text: str, source: str, where: str) -> Scalar:
         _expect_only_comment(text[match.end() :], source, where)
         return match.group(1).replace("''", "'")
     plain = re.split(r"\s+#", text, maxsplit=1)[0].strip()
-    if plain.startswith(_INDICATORS) or ": " in plain or plain.startswith("#"):
+    if plain.startswith(_INDICATORS) or _BLOCK_INDICATOR.match(plain) or ": " in plain or plain.startswith("#"):
         if plain.startswith("#"):
             return None  # `key: # comment` is an empty value, i.e. null
         raise _error(source, where, "this reader supports plain scalars only; quote the value")

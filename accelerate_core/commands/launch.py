@@ -133,7 +133,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[LaunchConfig, set[str]]:
     flags: dict[str, Any] = {}
     for flag, key, _, _ in _VALUE_FLAGS:
         if getattr(args, key) is not None:
-            flags[key] = parse_text(key, getattr(args, key), f"{flag} {getattr(args, key)}")
+            flags[key] = parse_text(key, getattr(args, key), flag)
     for _flag, key, _ in _BOOL_FLAGS:
         if getattr(args, key) is not None:
             flags[key] = getattr(args, key)

@@ -1,0 +1,159 @@
+"""`accelerate-core launch` as a process supervisor: environment, exit codes, no leftovers, signals.
+
+Real runs: the launcher is a subprocess, several ranks go through torch.distributed.run. Every
+process of a run carries a unique marker variable, so "nothing is left" is checked over all
+processes of the machine with psutil, not only over the pids the scripts wrote down.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.accelerate_core.commands.cli_helpers import CLI, REPO_ROOT, SCRIPTS, cli_environ, describe, run_cli
+
+psutil = pytest.importorskip("psutil")
+
+
+def processes_with_marker(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get("H3_RUN_MARKER") == marker:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_for_files(directory: Path, names: list[str], launcher: subprocess.Popen[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not all((directory / n).exists() for n in names):
+        if launcher.poll() is not None:
+            out, _ = launcher.communicate()
+            pytest.fail(f"launch ended early with {launcher.returncode}:\n{out}")
+        if time.monotonic() > deadline:
+            launcher.kill()
+            pytest.fail(f"ranks did not start within {timeout}s")
+        time.sleep(0.05)
+
+
+def test_one_process_runs_directly_with_the_torchrun_variables(tmp_path: Path) -> None:
+    env = cli_environ(tmp_path / "cache")
+    result = run_cli(["launch", "--backend", "single", "--mixed_precision", "bf16",
+                      str(SCRIPTS / "show_env.py"), str(tmp_path / "out"), "7"], env)
+    assert result.returncode == 7, describe(result)  # the script's own exit code
+    seen = json.loads((tmp_path / "out.rank0.json").read_text())
+    assert seen["argv"] == [str(tmp_path / "out"), "7"]
+    env_seen = seen["env"]
+    assert {k: env_seen[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR")} == {
+        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+    assert 0 < int(env_seen["MASTER_PORT"]) < 65536
+    # Only what was said reaches the script: no config file, two flags (backend, precision).
+    launcher_vars = {k: v for k, v in env_seen.items() if k.startswith("ACCELERATE_CORE_")}
+    assert launcher_vars == {"ACCELERATE_CORE_BACKEND": "single", "ACCELERATE_CORE_MIXED_PRECISION": "bf16"}
+
+
+def test_stale_launcher_variables_in_the_shell_do_not_leak_into_the_run(tmp_path: Path) -> None:
+    env = cli_environ(tmp_path / "cache", {"ACCELERATE_CORE_ZERO_STAGE": "3"})
+    result = run_cli(["launch", str(SCRIPTS / "show_env.py"), str(tmp_path / "out")], env)
+    assert result.returncode == 0, describe(result)
+    env_seen = json.loads((tmp_path / "out.rank0.json").read_text())["env"]
+    assert "ACCELERATE_CORE_ZERO_STAGE" not in env_seen
+    assert env_seen["ACCELERATE_CORE_BACKEND"] == "single"
+
+
+@pytest.mark.ddp
+def test_two_processes_get_ranks_and_the_launch_settings(tmp_path: Path) -> None:
+    env = cli_environ(tmp_path / "cache")
+    result = run_cli(["launch", "--cpu", "--num-processes", "2", "--backend", "ddp",
+                      str(SCRIPTS / "show_env.py"), str(tmp_path / "out")], env, timeout=120)
+    assert result.returncode == 0, describe(result)
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"out.rank{rank}.json").read_text())["env"]
+        assert (seen["RANK"], seen["WORLD_SIZE"], seen["MASTER_ADDR"]) == (str(rank), "2", "127.0.0.1")
+        assert seen["ACCELERATE_CORE_BACKEND"] == "ddp" and seen["ACCELERATE_CORE_CPU"] == "1"
+
+
+@pytest.mark.ddp
+@pytest.mark.slow
+def test_a_failing_rank_stops_the_run_with_its_exit_code_and_leaves_nothing(tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    env = cli_environ(tmp_path / "cache", {"H3_RUN_MARKER": marker})
+    start = time.monotonic()
+    launcher = subprocess.Popen(
+        [*CLI, "launch", "--cpu", "--num-processes", "2", "--backend", "ddp",
+         str(SCRIPTS / "fail_rank1.py"), str(tmp_path)],
+        env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    elapsed = time.monotonic() - start
+    pids = {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")}
+    assert set(pids) == {"rank0", "rank1", "grandchild"}, out
+    assert launcher.returncode == 3, out  # rank 1's own exit code, not torchrun's 1
+    assert "exitcode  : 3" in out  # torchrun's failure summary is shown
+    # Rank 0 would sleep 600 s: the launch ended because rank 1 failed. (Start-up of two
+    # processes is a few seconds here; the bound leaves room for a loaded machine.)
+    assert elapsed < 60, f"took {elapsed:.1f}s"
+    assert not [name for name, pid in pids.items() if alive(pid)]
+    assert processes_with_marker(marker) == []
+
+
+@pytest.mark.ddp
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_to_launch_stops_every_rank(tmp_path: Path, sig: signal.Signals) -> None:
+    marker = uuid.uuid4().hex
+    env = cli_environ(tmp_path / "cache", {"H3_RUN_MARKER": marker})
+    launcher = subprocess.Popen(
+        [*CLI, "launch", "--cpu", "--num-processes", "2", "--backend", "ddp",
+         str(SCRIPTS / "sleep_ranks.py"), str(tmp_path)],
+        env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_files(tmp_path, ["rank0.pid", "rank1.pid"], launcher, timeout=90)
+        sent = time.monotonic()
+        launcher.send_signal(sig)
+        out, _ = launcher.communicate(timeout=60)
+        stopped_in = time.monotonic() - sent
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 128 + int(sig), out
+    assert stopped_in < 40, f"took {stopped_in:.1f}s"  # torchrun's own grace period is 30 s
+    pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
+    assert not [pid for pid in pids if alive(pid)]
+    assert processes_with_marker(marker) == []
+
+
+def test_one_process_run_is_stopped_by_sigint_too(tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    env = cli_environ(tmp_path / "cache", {"H3_RUN_MARKER": marker})
+    launcher = subprocess.Popen([*CLI, "launch", str(SCRIPTS / "sleep_ranks.py"), str(tmp_path)],
+                                env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_files(tmp_path, ["rank0.pid"], launcher, timeout=60)
+        launcher.send_signal(signal.SIGINT)
+        out, _ = launcher.communicate(timeout=30)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 130, out
+    assert not alive(int((tmp_path / "rank0.pid").read_text()))
+    assert processes_with_marker(marker) == []
