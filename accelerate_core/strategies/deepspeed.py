@@ -136,7 +136,7 @@ class DeepSpeedStrategy(Strategy):
         self.setup_environment()
         self._swap = select_accelerator(self.root_device, self.precision.mixed_precision,
                                         self.plugin.cpu_fp16_emulation)
-        self._monitor = ds_state.monitor_group()
+        self._monitor = ds_state.new_monitor_group()
         core = CoreValues(
             micro_batch_size=micro_batch_size,
             world_size=dist.get_world_size(),
@@ -237,6 +237,8 @@ class DeepSpeedStrategy(Strategy):
         if self.engine is not None:
             self.engine.destroy()
             self.engine = None
+        ds_state.destroy_monitor_group(self._monitor)
+        self._monitor = None
         if self._swap is not None:
             self._swap.restore()
             # `emulated` stays readable after teardown so the harness can label the run.

@@ -22,17 +22,16 @@ from accelerate_core.errors import CollectiveMisuseError, explain
 
 CHECKPOINT_TAG = "accelerate_core"
 
-_monitor_groups: dict[int, Any] = {}
+def new_monitor_group() -> Any:
+    """A gloo group over all ranks for the arrival checks of one engine. A collective: the
+    strategy creates it in setup (every rank prepares together) and destroys it at teardown, so
+    that a misuse, which leaves this group's connections broken, stays with that Accelerator."""
+    return dist.new_group(backend="gloo")
 
 
-def monitor_group() -> Any:
-    """A gloo group over all ranks, created once per default process group. A collective: call
-    it on every rank at the same point (the strategy does so in setup)."""
-    world = dist.group.WORLD
-    key = id(world)
-    if key not in _monitor_groups:
-        _monitor_groups[key] = dist.new_group(backend="gloo")
-    return _monitor_groups[key]
+def destroy_monitor_group(group: Any) -> None:
+    if group is not None and dist.is_initialized():
+        dist.destroy_process_group(group)
 
 
 def check_every_rank_arrives(what: str, group: Any, timeout_s: float) -> None:
@@ -47,7 +46,8 @@ def check_every_rank_arrives(what: str, group: Any, timeout_s: float) -> None:
                 f"{what} on rank {dist.get_rank()}",
                 f"it is a collective under DeepSpeed (the partitions of every rank are gathered), and "
                 f"not every rank called it within {timeout_s:g} s ({str(exc).splitlines()[0]})",
-                "calling it on every rank at the same point of the program",
+                "calling it on every rank at the same point of the program (after this error, this "
+                "Accelerator's collectives are unusable: end the run or free_memory() on every rank)",
                 f"call {what} outside `if accelerator.is_main_process:` and only save the result on "
                 "the main process, e.g. `sd = accelerator.get_state_dict(model)` then "
                 "`accelerator.save(sd, path)`",
