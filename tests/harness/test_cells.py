@@ -109,9 +109,16 @@ def test_invalid_toml_names_line(tmp_path: Path) -> None:
         load_with_tasks(path, known_tasks=TASKS)
 
 
-CELLS = [Cell.from_id(i) for i in (
-    "mlp-cpu1-single-fp32", "mlp-cpu2-ddp-bf16", "mlp-cpu2-zero3-fp16", "lm-cuda2-zero2-bf16", "lm-cuda1-single-fp16",
-)]  # fmt: skip
+CELLS = [
+    Cell.from_id(i)
+    for i in (
+        "mlp-cpu1-single-fp32",
+        "mlp-cpu2-ddp-bf16",
+        "mlp-cpu2-zero3-fp16",
+        "lm-cuda2-zero2-bf16",
+        "lm-cuda1-single-fp16",
+    )
+]
 
 
 @pytest.mark.parametrize(
@@ -119,15 +126,18 @@ CELLS = [Cell.from_id(i) for i in (
     [
         ("zero", None, ["mlp-cpu2-zero3-fp16", "lm-cuda2-zero2-bf16"]),
         ("mlp and not fp32", None, ["mlp-cpu2-ddp-bf16", "mlp-cpu2-zero3-fp16"]),
-        ("CPU2 or single", None, ["mlp-cpu1-single-fp32", "mlp-cpu2-ddp-bf16", "mlp-cpu2-zero3-fp16",
-                                  "lm-cuda1-single-fp16"]),
+        (
+            "CPU2 or single",
+            None,
+            ["mlp-cpu1-single-fp32", "mlp-cpu2-ddp-bf16", "mlp-cpu2-zero3-fp16", "lm-cuda1-single-fp16"],
+        ),
         (None, "deepspeed", ["mlp-cpu2-zero3-fp16", "lm-cuda2-zero2-bf16"]),
         (None, "gpu or multi_gpu", ["lm-cuda2-zero2-bf16", "lm-cuda1-single-fp16"]),
         (None, "bf16 and not deepspeed", ["mlp-cpu2-ddp-bf16"]),
         ("lm", "fp16", ["lm-cuda1-single-fp16"]),
         ("nothing_like_this", None, []),
     ],
-)  # fmt: skip
+)
 def test_selection_uses_pytest_grammar(
     keyword: str | None, markexpr: str | None, expected: list[str]
 ) -> None:

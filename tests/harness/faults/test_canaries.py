@@ -27,8 +27,17 @@ def test_crash_fails_its_cell_with_the_dying_ranks_tail_and_the_rest_runs_afresh
 def test_hang_times_out_with_every_ranks_python_stack(tmp_path: Path) -> None:
     matrix = write_matrix(tmp_path)
     start = time.monotonic()
-    done = run_harness("run", "--matrix", str(matrix), "-k", "canary_hang", "--timeout", "8",
-                       "--report-dir", str(tmp_path / "r"))  # fmt: skip
+    done = run_harness(
+        "run",
+        "--matrix",
+        str(matrix),
+        "-k",
+        "canary_hang",
+        "--timeout",
+        "8",
+        "--report-dir",
+        str(tmp_path / "r"),
+    )
     assert done.returncode == 1, done.stderr[-3000:]
     assert time.monotonic() - start < 90
     cell = cells_by_id(tmp_path / "r")["canary_hang-cpu2-ddp-fp32"]

@@ -33,10 +33,23 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, Path]:
     matrix = write_matrix(tmp_path)
     report_dir = tmp_path / "r"
     proc = subprocess.Popen(
-        harness_cmd("run", "--matrix", str(matrix), "-k", SELECTION, "--timeout", "300", "--report-dir",
-                    str(report_dir)),
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "CI": "1"},
-    )  # fmt: skip
+        harness_cmd(
+            "run",
+            "--matrix",
+            str(matrix),
+            "-k",
+            SELECTION,
+            "--timeout",
+            "300",
+            "--report-dir",
+            str(report_dir),
+        ),
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "CI": "1"},
+    )
     return proc, matrix, report_dir
 
 
@@ -80,8 +93,9 @@ def test_signal_stops_every_rank_and_writes_the_partial_report(
     assert "--resume" in out
 
     if sig == signal.SIGINT:  # then resume: only the missing cell runs (and times out quickly)
-        again = run_harness("run", "--matrix", str(matrix), "-k", SELECTION, "--timeout", "5",
-                            "--resume", str(report_dir))  # fmt: skip
+        again = run_harness(
+            "run", "--matrix", str(matrix), "-k", SELECTION, "--timeout", "5", "--resume", str(report_dir)
+        )
         assert "resume: 3 cell(s) kept" in again.stdout and "1 to run" in again.stdout
         assert again.returncode == 1
         final = cells_by_id(report_dir)
