@@ -2,9 +2,10 @@
 
 The first item of a launch group to run asks harness.runner.run_cells for every *selected*
 cell of its group at once (one launch, as `python -m harness run` does), caches the results,
-and each item then asserts its own. Under pytest-xdist, run with `--dist loadgroup` so that a
-group's items land on one worker (items carry `xdist_group` marks named by launch group);
-with another --dist mode the results are still right, only a group may be launched twice.
+and each item then asserts its own. Under pytest-xdist (`-n 2 --dist loadgroup`), the first
+worker to reach a group runs it and the others read its results (a lock and a file per group),
+so a group is launched once whatever the --dist mode. Items also carry `xdist_group` marks
+named by launch group, for when xdist's grouping works again (see _run_group).
 
 Settings come from environment variables (they reach xdist workers unchanged):
   MATRIX_ENV         the matrix.toml environment this run is in (default: deepspeed if it is
@@ -29,6 +30,7 @@ from accelerate_core.imports import is_deepspeed_available
 from harness.cells import Cell, load_matrix
 from harness.outcome import CellResult
 from harness.report import environment_info, write_reports
+from harness.report.atomic import write_text_atomic
 from harness.runner import RunInterrupted, RunOptions, launch_group_key, run_cells
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +75,26 @@ class MatrixSession:
         # session's item list somehow lacks it).
         group = [c for c in map(cell_of, self.items) if c is not None and launch_group_key(c) == key]
         cells = list({c.id: c for c in [*group, cell] if c.id not in self.results}.values())
+        run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+        if run_id is None:
+            self.results.update({r.id: r for r in self._launch(cells)})
+            return
+        # Under xdist, items of one group may sit on several workers: `--dist loadgroup` would
+        # prevent that, but pytest-xdist 3.8 cannot group on pytest 9.2 (it renames
+        # `item._nodeid`, which pytest 9.2 no longer reads). So the first worker to reach a
+        # group runs it for everyone (every worker collects the same selection), and the others
+        # wait on the group's lock and read its results: one launch per group whatever --dist.
+        shared = report_dir() / "work" / "runs" / run_id
+        shared.mkdir(parents=True, exist_ok=True)
+        done = shared / f"{key}.json"
+        with (shared / f"{key}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released if this worker dies: another one reruns
+            if not done.is_file():
+                results = self._launch(cells)
+                write_text_atomic(done, json.dumps([r.to_json() for r in results]))
+            self.results.update({d["id"]: CellResult.from_json(d) for d in json.loads(done.read_text())})
+
+    def _launch(self, cells: list[Cell]) -> list[CellResult]:
         options = RunOptions(
             report_dir=self._work_dir(),
             timeout_s=float(os.environ.get("MATRIX_TIMEOUT", "120")),
@@ -80,11 +102,10 @@ class MatrixSession:
             matrix=self.matrix,
         )
         try:
-            results = run_cells(cells, options)
+            return run_cells(cells, options)
         except RunInterrupted as exc:  # Ctrl-C: keep what finished for the report, then stop
             self.results.update({r.id: r for r in exc.results})
             raise KeyboardInterrupt from exc
-        self.results.update({r.id: r for r in results})
 
     def _work_dir(self) -> Path:
         # Records of each xdist worker in their own folder: two launches never share files.
@@ -113,7 +134,8 @@ class MatrixSession:
                 merged.update({d["id"]: CellResult.from_json(d) for d in json.loads(part.read_text())})
             ordered = sorted(merged.values(), key=lambda r: self.order.get(r.id, len(self.order)))
             write_reports(ordered, environment_info(env_name()), target)
-            for old in (target / "parts").iterdir():  # parts of earlier runs
-                if old.name != run_id:
-                    shutil.rmtree(old, ignore_errors=True)
+            for folder in (target / "parts", target / "work" / "runs"):  # earlier runs' leftovers
+                for old in folder.iterdir() if folder.is_dir() else []:
+                    if old.name != run_id:
+                        shutil.rmtree(old, ignore_errors=True)
         return target

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -84,3 +85,36 @@ def test_one_run_per_launch_group_of_the_selected_cells(
     ]
     target = session.write_reports()
     assert target == tmp_path / "reports" and (target / "report.json").is_file()
+
+
+def test_workers_share_one_run_per_group(
+    monkeypatch: pytest.MonkeyPatch, matrix_copy: Path, tmp_path: Path
+) -> None:
+    """Two xdist workers (two sessions of one test run) launch a group once; both see its results."""
+    monkeypatch.setenv("MATRIX_FILE", str(matrix_copy))
+    monkeypatch.setenv("MATRIX_REPORT_DIR", str(tmp_path / "reports"))
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "run1")
+    selected = [Cell.from_id(i) for i in ("regression-cpu2-ddp-fp32", "regression-cpu2-zero1-fp32")]
+    calls: list[list[str]] = []
+
+    def fake_run_cells(cells: list[Cell], options: Any, progress: Any = None) -> list[CellResult]:
+        calls.append([c.id for c in cells])
+        return [
+            CellResult(c.id, c.task, c.device, c.strategy, c.processes, c.precision, Status.PASSED)
+            for c in cells
+        ]
+
+    monkeypatch.setattr(session_module, "run_cells", fake_run_cells)
+    workers = []
+    for name in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", name)
+        worker = MatrixSession([_Item(c) for c in selected])  # type: ignore[misc]
+        worker.result_for(selected[0] if name == "gw0" else selected[1])
+        workers.append(worker)
+    assert calls == [[c.id for c in selected]]
+    assert all(set(w.results) == {c.id for c in selected} for w in workers)
+    for name, worker in zip(("gw0", "gw1"), workers, strict=True):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", name)
+        worker.write_reports()
+    report = json.loads((tmp_path / "reports" / "report.json").read_text())
+    assert [c["id"] for c in report["cells"]] == [c.id for c in selected]
