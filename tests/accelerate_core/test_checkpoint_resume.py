@@ -25,8 +25,12 @@ COMMON = ("--mixed-precision", "fp16", "--inject-overflow-step", "2")
 def test_resume_from_save_state_equals_uninterrupted_run(tmp_path: Path) -> None:
     full = run_mission(tmp_path / "full", *COMMON)
     state_dir = tmp_path / "checkpoint"
-    run_distributed(MISSION, 2, ["--cpu", *COMMON, "--save-state-at", str(SAVE_AT),
-                                 "--state-dir", str(state_dir)], timeout=240)
+    run_distributed(
+        MISSION,
+        2,
+        ["--cpu", *COMMON, "--save-state-at", str(SAVE_AT), "--state-dir", str(state_dir)],
+        timeout=240,
+    )
     assert (state_dir / "optimizer_0.pt").exists() and (state_dir / "rng_state_rank1.pt").exists()
     resumed = run_mission(tmp_path / "resumed", *COMMON, "--resume-from", str(state_dir))
 
@@ -35,7 +39,7 @@ def test_resume_from_save_state_equals_uninterrupted_run(tmp_path: Path) -> None
     assert tail == len(full["skipped"]) - SAVE_AT
     assert resumed["loss_scales"] == full["loss_scales"][SAVE_AT:]
     assert resumed["lrs"] == full["lrs"][SAVE_AT:]
-    assert resumed["losses"] == full["losses"][-len(resumed["losses"]):]
+    assert resumed["losses"] == full["losses"][-len(resumed["losses"]) :]
     full_state = torch.load(full["model_path"], weights_only=True)
     resumed_state = torch.load(resumed["model_path"], weights_only=True)
     for key, value in full_state.items():

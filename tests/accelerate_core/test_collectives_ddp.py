@@ -6,7 +6,6 @@ batch of 2 x 4; a short last global batch wraps to the start), not read back fro
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest

@@ -29,8 +29,13 @@ def fp32_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def fp16_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run_mission(tmp_path_factory.mktemp("fp16"), "--mixed-precision", "fp16",
-                       "--inject-overflow-step", str(OVERFLOW_STEP))
+    return run_mission(
+        tmp_path_factory.mktemp("fp16"),
+        "--mixed-precision",
+        "fp16",
+        "--inject-overflow-step",
+        str(OVERFLOW_STEP),
+    )
 
 
 def _assert_weights(path: Path, reference: dict[str, torch.Tensor], rtol: float, atol: float) -> None:
@@ -38,15 +43,19 @@ def _assert_weights(path: Path, reference: dict[str, torch.Tensor], rtol: float,
     assert state.keys() == reference.keys()
     for key, value in state.items():
         assert value.device.type == "cpu"
-        torch.testing.assert_close(value, reference[key], rtol=rtol, atol=atol, msg=lambda m, k=key: f"{k}: {m}")
+        try:
+            torch.testing.assert_close(value, reference[key], rtol=rtol, atol=atol)
+        except AssertionError as error:
+            raise AssertionError(f"{key}: {error}") from None
 
 
 def test_fp32_weights_match_plain_pytorch(fp32_run: dict[str, Any]) -> None:
     reference = train_reference(TaskConfig(world_size=2))
     assert fp32_run["num_processes"] == 2
     _assert_weights(fp32_run["model_path"], reference["state_dict"], rtol=1.3e-6, atol=1e-5)
-    torch.testing.assert_close(torch.tensor(fp32_run["losses"]), torch.tensor(reference["losses"]),
-                               rtol=1.3e-6, atol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor(fp32_run["losses"]), torch.tensor(reference["losses"]), rtol=1.3e-6, atol=1e-5
+    )
     assert fp32_run["lrs"] == pytest.approx(reference["lrs"], rel=1e-12)
     assert not any(fp32_run["skipped"])  # is_overflow is False on every fp32 step
 
@@ -56,8 +65,9 @@ def test_gathered_eval_outputs_complete_and_in_order(fp32_run: dict[str, Any]) -
     # 37 eval samples, batch 4 on 2 ranks: 5 global batches of 8, the last padded with 3 repeats.
     assert fp32_run["metric_predictions"].shape == (37, 4)
     torch.testing.assert_close(fp32_run["metric_labels"], reference["metric_labels"], rtol=0, atol=0)
-    torch.testing.assert_close(fp32_run["metric_predictions"], reference["metric_predictions"],
-                               rtol=1.3e-6, atol=1e-5)
+    torch.testing.assert_close(
+        fp32_run["metric_predictions"], reference["metric_predictions"], rtol=1.3e-6, atol=1e-5
+    )
     # Plain gather keeps the padding, at the end only: the wrap-around repeats samples 0..2.
     assert fp32_run["predictions"].shape == (40, 4)
     torch.testing.assert_close(fp32_run["labels"][37:], reference["metric_labels"][:3], rtol=0, atol=0)
@@ -78,8 +88,9 @@ def test_saved_state_dict_loads_into_a_fresh_model(fp32_run: dict[str, Any]) -> 
 
 @pytest.mark.fp16
 def test_fp16_reports_the_injected_overflow(fp16_run: dict[str, Any]) -> None:
-    reference = train_reference(TaskConfig(world_size=2, mixed_precision="fp16",
-                                           inject_overflow_step=OVERFLOW_STEP))
+    reference = train_reference(
+        TaskConfig(world_size=2, mixed_precision="fp16", inject_overflow_step=OVERFLOW_STEP)
+    )
     skipped = fp16_run["skipped"]
     assert [i for i, s in enumerate(skipped) if s] == [OVERFLOW_STEP]
     assert skipped == reference["skipped"]
@@ -97,7 +108,9 @@ def test_fp16_reports_the_injected_overflow(fp16_run: dict[str, Any]) -> None:
     assert scales[OVERFLOW_STEP] == scales[OVERFLOW_STEP - 1] / 2
     assert scales == reference["loss_scales"]
     _assert_weights(fp16_run["model_path"], reference["state_dict"], rtol=0, atol=1e-2)
-    torch.testing.assert_close(fp16_run["metric_predictions"], reference["metric_predictions"], rtol=0, atol=1e-2)
+    torch.testing.assert_close(
+        fp16_run["metric_predictions"], reference["metric_predictions"], rtol=0, atol=1e-2
+    )
 
 
 @pytest.mark.bf16

@@ -58,8 +58,9 @@ def main() -> None:
     seq = acc.prepare(DataLoader(Indexed(37), batch_size=4))
     seen["len_37"] = len(seq)
     seen["sequential_37"], seen["sequential_37_raw"] = indices_for_metrics(acc, seq)
-    shuffled = acc.prepare(DataLoader(Indexed(37), batch_size=4, shuffle=True,
-                                      generator=torch.Generator().manual_seed(7)))
+    shuffled = acc.prepare(
+        DataLoader(Indexed(37), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(7))
+    )
     seen["shuffled_epoch0"], _ = indices_for_metrics(acc, shuffled)
     seen["shuffled_epoch1"], _ = indices_for_metrics(acc, shuffled)  # epoch advances by itself
     shuffled.set_epoch(0)
@@ -68,8 +69,11 @@ def main() -> None:
     seen["tiny_3"], seen["tiny_3_raw"] = indices_for_metrics(acc, tiny)
     seen["rank_batches"] = [b["index"].tolist() for b in seq]  # this rank's own blocks
 
-    out = Output(loss=torch.tensor(float(rank + 1)), logits=torch.full((2, 3), float(rank)),
-                 extra={"pair": (torch.tensor([rank]), [torch.tensor([True, rank == 0])]), "name": "x"})
+    out = Output(
+        loss=torch.tensor(float(rank + 1)),
+        logits=torch.full((2, 3), float(rank)),
+        extra={"pair": (torch.tensor([rank]), [torch.tensor([True, rank == 0])]), "name": "x"},
+    )
     gathered = acc.gather(out)
     # The dataclass type lives in __main__ here; keep its name and fields for the test.
     seen["dataclass_type"] = type(gathered).__name__
