@@ -100,7 +100,9 @@ def test_clip_grad_norm_unscales_first() -> None:
     model.load_state_dict(reference.state_dict())
     with torch.autocast("cpu", dtype=torch.float16):
         reference(x).float().pow(2).mean().backward()
-    expected = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in reference.parameters() if p.grad is not None]))
+    expected = torch.linalg.vector_norm(
+        torch.stack([p.grad.norm() for p in reference.parameters() if p.grad is not None])
+    )
     accelerator = Accelerator(fp16=True, cpu=True)
     model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
     accelerator.backward(model(x).float().pow(2).mean())
