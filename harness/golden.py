@@ -105,8 +105,14 @@ def update_goldens(tasks: Iterable[str] | None = None, precisions: Iterable[str]
     return changed
 
 
+def owns_golden(task: Task) -> bool:
+    """False for a task that borrows another's golden (`golden_of`, e.g. the fault canaries,
+    which are `regression` plus a fault and are judged against regression's golden)."""
+    return getattr(task, "golden_of", None) in (None, task.name)
+
+
 def _selection(tasks: Iterable[str] | None, precisions: Iterable[str] | None) -> list[tuple[str, str]]:
-    names = list(tasks) if tasks is not None else task_names()
+    names = list(tasks) if tasks is not None else [n for n in task_names() if owns_golden(get_task(n))]
     chosen = list(precisions) if precisions is not None else list(PRECISIONS)
     for precision in chosen:
         if precision not in PRECISIONS:
@@ -147,7 +153,7 @@ def _tensor_differences(label: str, fresh: dict[str, torch.Tensor], on_disk: byt
         elif old[key].shape != fresh[key].shape or old[key].dtype != fresh[key].dtype:
             lines.append(f"{label}: {key} shape/dtype {tuple(old[key].shape)} {old[key].dtype} -> "
                          f"{tuple(fresh[key].shape)} {fresh[key].dtype}")
-        elif not torch.equal(old[key], fresh[key]):
+        elif not torch.allclose(old[key], fresh[key], rtol=0.0, atol=0.0, equal_nan=True):
             diff = (old[key].double() - fresh[key].double()).abs().max().item()
             lines.append(f"{label}: {key} changed (max |diff| {diff:.3g})")
     return lines or [f"{label}: tensors file bytes differ (same tensors: layout or header changed)"]

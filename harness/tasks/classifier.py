@@ -44,7 +44,9 @@ class Classifier(nn.Module):
         self.head = ScaledHead(hidden, classes)
 
     def forward(self, inputs: torch.Tensor, labels: torch.Tensor | None = None) -> TaskOutput:
-        hidden = self.embed(inputs * self.input_scale)
+        # The cast matters under DeepSpeed fp16/bf16: 0.19 casts parameters to half but keeps
+        # buffers fp32, and fp32 activations would then meet a half-precision Linear.
+        hidden = self.embed(inputs * self.input_scale.to(inputs.dtype))
         hidden = hidden + nn.functional.gelu(self.body(hidden))
         logits = self.head(hidden)
         loss = None if labels is None else nn.functional.cross_entropy(logits.float(), labels)

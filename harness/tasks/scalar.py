@@ -20,12 +20,12 @@ from harness.tasks.base import Task, TaskOutput
 class ScalarModel(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.a = nn.Parameter(torch.randn(()))
-        self.b = nn.Parameter(torch.randn(()))
+        self.a = nn.Parameter(0.3 * torch.randn(()))
+        self.b = nn.Parameter(0.3 * torch.randn(()))
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> TaskOutput:
         prediction = self.a * x + self.b
-        loss = None if labels is None else nn.functional.mse_loss(prediction, labels)
+        loss = None if labels is None else nn.functional.mse_loss(prediction.float(), labels.float())
         return TaskOutput(loss=loss, logits=prediction)
 
 
@@ -47,5 +47,6 @@ class ScalarTask(Task):
         return torch.optim.SGD(model.parameters(), lr=self.lr)
 
     def _make_data(self, size: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
-        x = torch.randn(size, generator=generator)
-        return {"x": x, "labels": -1.5 * x + 0.5 + 0.1 * torch.randn(size, generator=generator)}
+        # Small numbers for the same fp16 reason as `regression`.
+        x = 0.5 * torch.randn(size, generator=generator)
+        return {"x": x, "labels": -0.5 * x + 0.2 + 0.05 * torch.randn(size, generator=generator)}
