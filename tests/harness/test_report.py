@@ -163,6 +163,7 @@ def test_html_grid_links_every_cell_to_its_diagnosis(tmp_path: Path) -> None:
 
 def test_loss_curve_breaks_at_nan_and_spans_the_plot() -> None:
     svg = loss_curve_svg([2.0, 1.0, float("nan"), 0.0], [2.0, 1.0, 0.5, 0.0])
+    assert ET.fromstring(svg).tag == "{http://www.w3.org/2000/svg}svg"  # well-formed, inline-able
     lines = [part.split('points="')[1].split('"')[0] for part in svg.split("<polyline")[1:]]
     golden, *run_segments = lines
     assert len(run_segments) == 2, "the NaN step leaves a gap in the run's line"
