@@ -14,7 +14,7 @@ from accelerate_core.errors import MissingDependencyError, explain
 DEEPSPEED_INSTALL_HINT = 'pip install deepspeed  (or: pip install "accelerate-core[deepspeed]")'
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def is_deepspeed_available() -> bool:
     """True when `import deepspeed` would find a package (it is not imported here)."""
     return importlib.util.find_spec("deepspeed") is not None
