@@ -48,6 +48,19 @@ class DeepSpeedPrecision(Precision):
                 )
             )
         self.mixed_precision = mixed_precision
+        self._engine: Any = None  # set by the strategy once the engine exists
+
+    def attach(self, engine: Any) -> None:
+        """The engine whose loss scale `loss_scale` reports (None: detached at teardown)."""
+        self._engine = engine
+
+    @property
+    def loss_scale(self) -> float | None:
+        """The engine's current dynamic loss scale under fp16 (after the last step), else None."""
+        if self.mixed_precision != "fp16" or self._engine is None:
+            return None
+        scale = getattr(self._engine.optimizer, "loss_scale", None)
+        return None if scale is None else float(scale)
 
     @property
     def dtype(self) -> torch.dtype:

@@ -160,6 +160,7 @@ class DeepSpeedStrategy(Strategy):
             dist_init_required=False,
         )
         self.engine = engine
+        self.precision.attach(engine)
         if self.precision.is_half:
             # fp32 batches from an ordinary dataloader meet a half-precision model.
             self._input_hook = engine.module.register_forward_pre_hook(self._cast_inputs, with_kwargs=True)
@@ -237,6 +238,7 @@ class DeepSpeedStrategy(Strategy):
         if self.engine is not None:
             self.engine.destroy()
             self.engine = None
+            self.precision.attach(None)
         ds_state.destroy_monitor_group(self._monitor)
         self._monitor = None
         if self._swap is not None:

@@ -17,6 +17,7 @@ own, and both must skip exactly the injected step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,21 @@ pytestmark = [
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "deepspeed_checks.py"
 STAGES = (1, 2, 3)
 INJECTED_STEP = 1
-FP32 = {"rtol": 1.3e-6, "atol": 1e-5}
-BF16 = {"rtol": 5e-2, "atol": 5e-2}
-FP16 = {"rtol": 1e-2, "atol": 2e-3}
+
+
+@dataclass(frozen=True)
+class Tol:
+    rtol: float
+    atol: float
+
+
+FP32 = Tol(rtol=1.3e-6, atol=1e-5)
+BF16 = Tol(rtol=5e-2, atol=5e-2)
+FP16 = Tol(rtol=1e-2, atol=2e-3)
+
+
+def close(actual: torch.Tensor, expected: torch.Tensor, tol: Tol, what: str = "") -> None:
+    assert_close(actual, expected, rtol=tol.rtol, atol=tol.atol, msg=lambda m: f"{what}: {m}")
 TWO_RANK_CHECKS = (
     [f"train:{s}:no" for s in STAGES] + [f"train:{s}:bf16" for s in STAGES]
     + [f"fp16:{s}" for s in STAGES] + [f"resume:{s}" for s in STAGES]
@@ -86,13 +99,13 @@ def load(out: Path, check: str) -> dict[str, Any]:
     return record
 
 
-def assert_matches(record: dict[str, Any], ref: dict[str, Any], tol: dict[str, float]) -> None:
+def assert_matches(record: dict[str, Any], ref: dict[str, Any], tol: Tol) -> None:
     assert record["losses"].shape == ref["losses"].shape  # every micro step of every rank
-    assert_close(record["losses"], ref["losses"], **tol)
-    assert_close(record["eval"], ref["eval"], **tol)
+    close(record["losses"], ref["losses"], tol, "per-step losses")
+    close(record["eval"], ref["eval"], tol, "gathered eval outputs")
     assert set(record["state_dict"]) == set(ref["state_dict"])
     for key, expected in ref["state_dict"].items():
-        assert_close(record["state_dict"][key], expected.float(), **tol, msg=lambda m, k=key: f"{k}: {m}")
+        close(record["state_dict"][key], expected.float(), tol, key)
     assert record["lr"] == pytest.approx(ref["lr"])
 
 
@@ -132,13 +145,13 @@ def test_fp16_emulation_reports_injected_overflow_and_skips_the_step(two_ranks: 
 def test_resume_from_save_state_equals_uninterrupted(two_ranks: Path, stage: int) -> None:
     record = load(two_ranks, f"resume:{stage}")
     uninterrupted, resumed = record["uninterrupted"], record["resumed"]
-    assert_close(resumed["losses"], uninterrupted["losses"], **FP32)
+    close(resumed["losses"], uninterrupted["losses"], FP32)
     for key, value in uninterrupted["state_dict"].items():
-        assert_close(resumed["state_dict"][key], value, **FP32)
+        close(resumed["state_dict"][key], value, FP32)
     # Both equal the full two-epoch plain run, so the resumed one really started from the state.
     ref = reference(2)
     for key, value in ref["state_dict"].items():
-        assert_close(resumed["state_dict"][key], value, **FP32)
+        close(resumed["state_dict"][key], value, FP32)
     assert len(resumed["losses"]) == len(ref["losses"]) // EPOCHS
 
 
@@ -155,7 +168,7 @@ def test_zero3_consolidated_state_dict_is_complete_and_loads(two_ranks: Path) ->
     fresh.eval()
     with torch.no_grad():
         preds = torch.cat([fresh(**batch).logits for batch in evaluation])
-    assert_close(preds, load(two_ranks, "train:3:no")["eval"], **FP32)
+    close(preds, load(two_ranks, "train:3:no")["eval"], FP32)
 
 
 def test_zero3_bf16_state_dict_is_fp32_master_weights(two_ranks: Path) -> None:

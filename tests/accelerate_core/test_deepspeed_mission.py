@@ -1,0 +1,78 @@
+"""The shared MISSION script (scripts/mission_loop.py, the core's classification task: shuffled
+data, a padded last eval batch, a short last accumulation) with DeepSpeedPlugin on 2 CPU ranks,
+against the core's plain-PyTorch reference (scripts/plain_reference.py, no accelerate_core).
+
+This is the shape of the outside check: one stage per precision, so every stage and every
+precision is covered by a second task besides test_deepspeed_training.py's. Tolerances are the
+issue's: fp32 torch's defaults, bf16 5e-2, fp16 1e-2. fp16 runs through the opt-in emulation
+given as the launcher would (ACCELERATE_CORE_CPU_FP16_EMULATION), so the script is unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from accelerate_core.imports import is_deepspeed_available
+from tests.accelerate_core.scripts.plain_reference import train_reference
+from tests.accelerate_core.scripts.task import TaskConfig
+from tests.distributed_helpers import run_distributed
+
+pytestmark = [
+    pytest.mark.deepspeed,
+    pytest.mark.slow,
+    pytest.mark.skipif(not is_deepspeed_available(),
+                       reason="deepspeed is not installed (pip install deepspeed) - DeepSpeed tests skipped"),
+]
+
+MISSION = Path(__file__).resolve().parent / "scripts" / "mission_loop.py"
+OVERFLOW_STEP = 3
+CASES = {  # (zero stage, precision) -> (rtol, atol)
+    (3, "no"): (1.3e-6, 1e-5),
+    (1, "bf16"): (5e-2, 5e-2),
+    (2, "fp16"): (0.0, 1e-2),
+}
+
+
+def run(out: Path, stage: int, precision: str) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    args = ["--cpu", "--out", str(out), "--zero-stage", str(stage), "--mixed-precision", precision]
+    env = {}
+    if precision == "fp16":
+        args += ["--inject-overflow-step", str(OVERFLOW_STEP)]
+        env["ACCELERATE_CORE_CPU_FP16_EMULATION"] = "1"
+    run_distributed(MISSION, 2, args, env=env, timeout=300)
+    record: dict[str, Any] = torch.load(out / "record.pt", weights_only=False)
+    record["state_dict"] = torch.load(out / "model.pt", weights_only=True)
+    return record
+
+
+@pytest.mark.parametrize(("stage", "precision"), list(CASES), ids=[f"zero{s}-{p}" for s, p in CASES])
+def test_mission_loop_with_deepspeed_matches_plain_pytorch(
+    tmp_path: Path, stage: int, precision: str
+) -> None:
+    rtol, atol = CASES[(stage, precision)]
+    record = run(tmp_path, stage, precision)
+    inject = OVERFLOW_STEP if precision == "fp16" else None
+    ref = train_reference(TaskConfig(world_size=2, mixed_precision=precision, inject_overflow_step=inject))
+
+    assert record["num_processes"] == 2
+    assert record["skipped"] == ref["skipped"]  # is_overflow: only the injected step, if any
+    if precision == "fp16":
+        assert [i for i, s in enumerate(record["skipped"]) if s] == [OVERFLOW_STEP]
+        # DeepSpeed's dynamic loss scale moves exactly like GradScaler's (config reconciled).
+        assert record["loss_scales"] == ref["loss_scales"]
+    assert record["lrs"] == pytest.approx(ref["lrs"], rel=1e-12)
+    assert_close(torch.tensor(record["losses"]), torch.tensor(ref["losses"]), rtol=rtol, atol=atol)
+    assert record["metric_predictions"].shape == ref["metric_predictions"].shape
+    assert_close(record["metric_labels"], ref["metric_labels"], rtol=0, atol=0)
+    assert_close(record["metric_predictions"], ref["metric_predictions"], rtol=rtol, atol=atol)
+    assert list(record["state_dict"]) == list(ref["state_dict"])
+    for key, value in ref["state_dict"].items():
+        assert record["state_dict"][key].dtype == torch.float32
+        assert_close(record["state_dict"][key], value.float(), rtol=rtol, atol=atol,
+                     msg=lambda m, k=key: f"{k}: {m}")  # type: ignore[misc]
