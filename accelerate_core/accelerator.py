@@ -141,7 +141,8 @@ class Accelerator:
         return result[0] if len(result) == 1 else tuple(result)
 
     def _optimizers_of(self, scheduler: Any) -> list[AcceleratedOptimizer]:
-        own = [o for o in self._optimizers if o.original is getattr(scheduler, "optimizer", None)]
+        target = getattr(scheduler, "optimizer", None)  # the user's optimizer, or a prepared one
+        own = [o for o in self._optimizers if target is o or target is o.original]
         return own or list(self._optimizers)
 
     # -- training ------------------------------------------------------------------------------

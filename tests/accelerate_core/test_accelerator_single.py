@@ -167,3 +167,20 @@ def test_process_properties(capsys: pytest.CaptureFixture[str]) -> None:
     accelerator.print("hello")
     assert capsys.readouterr().out == "hello\n"
     accelerator.wait_for_everyone()  # no process group: a no-op
+
+
+@pytest.mark.fp16
+def test_scheduler_built_on_the_prepared_optimizer_also_skips() -> None:
+    accelerator = Accelerator(fp16=True, cpu=True)
+    _other_model, other = accelerator.prepare(
+        torch.nn.Linear(4, 2), torch.optim.SGD(torch.nn.Linear(4, 2).parameters())
+    )
+    model = torch.nn.Linear(4, 2)
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    scheduler = accelerator.prepare(torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5))
+    assert scheduler.optimizers == [optimizer]  # matched to its own optimizer, not `other`
+    accelerator.backward(model(torch.randn(2, 4)).float().mean() * float("inf"))
+    optimizer.step()
+    scheduler.step()
+    assert optimizer.is_overflow and not other.is_overflow
+    assert scheduler.last_epoch == 0 and optimizer.param_groups[0]["lr"] == 0.1
