@@ -16,8 +16,7 @@ from typing import Any
 import torch
 from safetensors.torch import load as load_tensors
 
-from accelerate_core.errors import explain
-from harness.record import Record, RecordError
+from harness.record import Record, RecordError, explain
 from harness.reference import PRECISIONS, train_reference
 from harness.tasks import get_task, task_names
 from harness.tasks.base import Task, describe

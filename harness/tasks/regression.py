@@ -39,7 +39,7 @@ class RegressionTask(Task):
     eval_size: int = 37
     global_batch_size: int = 8
     eval_batch_size: int = 8
-    lr: float = 0.1
+    lr: float = 0.3
     noise: float = 0.05
     inject_overflow_step: int | None = 3
 

@@ -37,7 +37,8 @@ class ScalarTask(Task):
     eval_size: int = 37
     global_batch_size: int = 8
     eval_batch_size: int = 8
-    lr: float = 0.1
+    lr: float = 0.5
+    epochs: int = 2
     inject_overflow_step: int | None = 1
 
     def _make_model(self) -> nn.Module:
