@@ -21,7 +21,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def timed_run(report_dir: Path, keyword: str, markexpr: str | None, matrix: str | None, isolate: bool) -> float:
+def timed_run(
+    report_dir: Path, keyword: str, markexpr: str | None, matrix: str | None, isolate: bool
+) -> float:
     cmd = [sys.executable, "-m", "harness", "run", "-q", "-k", keyword, "--report-dir", str(report_dir)]
     cmd += ["-m", markexpr] if markexpr else []
     cmd += ["--matrix", matrix] if matrix else []
