@@ -79,9 +79,12 @@ class Progress:
         if self._bar is not None:
             # Problems are printed above the bar as they happen; passes only advance it.
             if status is not Status.PASSED:
-                self._bar.console.print(
-                    f"[{STYLE[status]}]{status.value:>8}[/] {result.id}  [dim]{result.reason}[/]"
-                )
+                from rich.markup import escape
+
+                # Reasons are text, not markup: `pip install "accelerate-core[deepspeed]"`.
+                reason = escape(result.reason)
+                line = f"[{STYLE[status]}]{status.value:>8}[/] {escape(result.id)}  [dim]{reason}[/]"
+                self._bar.console.print(line)
             self._bar.advance(self._task)
             return
         width = len(str(self.total))
@@ -105,6 +108,7 @@ def print_summary(results: Sequence[CellResult], stream: IO[str] | None = None) 
     try:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
     except ImportError:
         for r in by_severity(results):
             print(f"{Status(r.status).value:>8} {r.id:<40} {r.duration_s:6.1f}s {r.reason}", file=stream)
@@ -116,7 +120,7 @@ def print_summary(results: Sequence[CellResult], stream: IO[str] | None = None) 
     for r in by_severity(results):
         status = Status(r.status)
         label = f"{SYMBOL[status]} {status.value}" + (" (emulated)" if r.emulated else "")
-        table.add_row(r.id, f"[{STYLE[status]}]{label}[/]", f"{r.duration_s:.1f}s", r.reason)
+        table.add_row(Text(r.id), Text(label, style=STYLE[status]), f"{r.duration_s:.1f}s", Text(r.reason))
     # A log file (CI) is not 80 columns wide: give reasons room instead of cutting them.
     is_tty = bool(getattr(stream, "isatty", lambda: False)())
     console = Console(file=stream, width=None if is_tty else 160)

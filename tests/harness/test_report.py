@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -56,7 +57,7 @@ def sample() -> list[CellResult]:
             detail="rank 1 said <b>hello</b>\x07",
             extra={"losses": [1.0, 0.8, 0.6, float("nan"), 0.2], "golden_losses": [1.0, 0.8, 0.6, 0.45, 0.3]},
         ),
-        result("mlp-cuda2-ddp-bf16", Status.SKIPPED, "needs 2 CUDA devices, found 0"),
+        result("mlp-cuda2-ddp-bf16", Status.SKIPPED, 'needs 2 CUDA devices [pip install "x[deepspeed]"]'),
         result("lm-cpu2-ddp-fp16", Status.XFAILED, "declared: <script>alert(1)</script>"),
         result("lm-cpu2-zero1-bf16", Status.CRASHED, "rank 1 died", detail="Traceback ... boom"),
         result("lm-cpu2-zero2-bf16", Status.TIMEOUT, "no progress in 60 s"),
@@ -237,14 +238,16 @@ def test_progress_disabled_is_silent_and_live_bar_reports_problems(monkeypatch: 
 
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setenv("COLUMNS", "200")  # one line per message, whatever the real terminal
     terminal = Terminal()
-    live = Progress(total=2, stream=terminal)
+    live = Progress(total=3, stream=terminal)
     assert live._bar is not None, "a terminal outside CI gets the live bar"
-    for r in sample()[:2]:
+    for r in sample()[:3]:
         live.cell_started(r.id)
         live.cell_finished(r)
     live.close()
-    assert "mlp-cpu2-zero3-fp16" in terminal.getvalue() and "2/2" in terminal.getvalue()
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue())  # without colour codes
+    assert "mlp-cpu2-zero3-fp16" in shown and "3/3" in shown and 'install "x[deepspeed]"' in shown
 
 
 def test_print_summary_lists_every_cell_and_the_headline() -> None:
@@ -253,6 +256,7 @@ def test_print_summary_lists_every_cell_and_the_headline() -> None:
     text = stream.getvalue()
     for r in sample():
         assert r.id in text
+    assert 'pip install "x[deepspeed]"' in text  # reasons are printed as text, never as markup
     counts = "1 passed, 1 failed, 1 skipped, 1 xfailed, 1 xpassed, 1 error, 1 timeout, 1 crashed"
     assert f"{counts} (8 cells)" in text
 
