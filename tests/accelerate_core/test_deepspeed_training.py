@@ -27,6 +27,7 @@ from torch.testing import assert_close
 
 from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.scripts.deepspeed_checks import (
+    CLIP,
     EPOCHS,
     TinyRegressor,
     make_objects,
@@ -43,6 +44,7 @@ pytestmark = [
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "deepspeed_checks.py"
 STAGES = (1, 2, 3)
+CLIP_STAGES = (1, 3)
 INJECTED_STEP = 1
 
 
@@ -62,6 +64,7 @@ def close(actual: torch.Tensor, expected: torch.Tensor, tol: Tol, what: str = ""
 TWO_RANK_CHECKS = (
     [f"train:{s}:no" for s in STAGES] + [f"train:{s}:bf16" for s in STAGES]
     + [f"fp16:{s}" for s in STAGES] + [f"resume:{s}" for s in STAGES]
+    + [f"clip:{s}" for s in CLIP_STAGES]
     + ["fp16_refused", "misuse:3"]  # misuse last: it waits out its 3 s timeout
 )
 ONE_RANK_CHECKS = [f"train:{s}:no" for s in STAGES]
@@ -84,13 +87,14 @@ def one_rank(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _launch(tmp_path_factory.mktemp("ds1"), 1, ONE_RANK_CHECKS)
 
 
-_references: dict[tuple[int, str, int | None], dict[str, Any]] = {}
+_references: dict[tuple[int, str, int | None, float | None], dict[str, Any]] = {}
 
 
-def reference(world: int, precision: str = "no", inject: int | None = None) -> dict[str, Any]:
-    key = (world, precision, inject)
+def reference(world: int, precision: str = "no", inject: int | None = None,
+              clip: float | None = None) -> dict[str, Any]:
+    key = (world, precision, inject, clip)
     if key not in _references:
-        _references[key] = plain_reference(world, precision, inject)
+        _references[key] = plain_reference(world, precision, inject, clip)
     return _references[key]
 
 
@@ -139,6 +143,18 @@ def test_fp16_emulation_reports_injected_overflow_and_skips_the_step(two_ranks: 
     scales = record["loss_scales"]
     assert scales[INJECTED_STEP] == scales[INJECTED_STEP - 1] / 2  # dynamic loss scale backed off
     assert_matches(record, ref, FP16)  # includes the lr: the scheduler skipped that step too
+
+
+@pytest.mark.parametrize("stage", CLIP_STAGES)
+def test_gradient_clipping_matches_torch_clip_grad_norm(two_ranks: Path, stage: int) -> None:
+    # DeepSpeedPlugin(gradient_clipping=c) clips inside the engine's step exactly as
+    # torch.nn.utils.clip_grad_norm_(params, c) does on the averaged gradients of a plain loop.
+    record = load(two_ranks, f"clip:{stage}")
+    clipped, unclipped = reference(2, clip=CLIP), reference(2)
+    assert_matches(record, clipped, FP32)
+    gap = max((clipped["state_dict"][k] - unclipped["state_dict"][k]).abs().max()
+              for k in clipped["state_dict"])
+    assert gap > 1e-3  # clipping acted, so the match above says something
 
 
 @pytest.mark.parametrize("stage", STAGES)

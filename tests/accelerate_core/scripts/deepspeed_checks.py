@@ -25,6 +25,7 @@ GAS = 2
 BATCH = 2  # per process
 STEPS_PER_EPOCH = 13  # odd: the last accumulation of each epoch is short (one micro batch)
 LR, WEIGHT_DECAY = 1e-2, 0.01
+CLIP = 0.05  # below the task's gradient norms (about 0.1-0.5), so clipping acts on most steps
 
 
 class Output(dict):  # what a HF-style model returns: attribute access to .loss
@@ -69,13 +70,13 @@ def make_objects(world: int) -> tuple[nn.Module, torch.optim.Optimizer, Any, Dat
     return model, optimizer, scheduler, train, evaluation
 
 
-def plain_reference(world: int, precision: str = "no",
-                    inject_overflow_step: int | None = None) -> dict[str, Any]:
+def plain_reference(world: int, precision: str = "no", inject_overflow_step: int | None = None,
+                    clip: float | None = None) -> dict[str, Any]:
     """The same loop in plain PyTorch on one process: global batch = the ranks' batches together
     (rank r holds the r-th block of BATCH), gradients averaged over ranks as DDP does. With
     fp16/bf16, torch.autocast (+ torch.amp.GradScaler for fp16), the amp recipe; the injected
-    overflow multiplies the loss by inf at that optimizer step. Imports nothing from
-    accelerate_core."""
+    overflow multiplies the loss by inf at that optimizer step; `clip` clips the global L2 norm
+    of the (averaged) gradients before each step. Imports nothing from accelerate_core."""
     model, optimizer, scheduler, train, evaluation = make_objects(world)
     fp16, half = precision == "fp16", precision != "no"
     dtype = torch.float16 if fp16 else torch.bfloat16
@@ -103,6 +104,9 @@ def plain_reference(world: int, precision: str = "no",
             losses.append(torch.stack(shard_losses))
             if (step + 1) % GAS == 0 or step == STEPS_PER_EPOCH - 1:
                 scale = scaler.get_scale() if fp16 else 1.0
+                if clip is not None:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(params, clip)
                 scaler.step(optimizer)
                 scaler.update()
                 skipped = fp16 and scaler.get_scale() < scale
@@ -162,13 +166,17 @@ def build(stage: int, mixed_precision: str, **plugin_kwargs: Any) -> tuple[Any, 
     return (accelerator, *prepared)
 
 
-def check_train(stage: int, mixed_precision: str, out: Path, inject: int | None = None) -> dict[str, Any]:
+def check_train(stage: int, mixed_precision: str, out: Path, inject: int | None = None,
+                clip: float | None = None) -> dict[str, Any]:
+    """The MISSION loop; the state dict is also saved, as MISSION.md does, to
+    OUT/state_dict_zero{stage}_{precision}[_clip].pt."""
     accelerator, model, optimizer, train, evaluation, scheduler = build(
-        stage, mixed_precision, cpu_fp16_emulation=mixed_precision == "fp16")
+        stage, mixed_precision, cpu_fp16_emulation=mixed_precision == "fp16", gradient_clipping=clip)
     record = mission_loop(accelerator, model, optimizer, scheduler, train, evaluation, EPOCHS, inject)
     # As in MISSION.md: every rank calls get_state_dict, the main process saves it.
     record["state_dict"] = accelerator.get_state_dict(model)
-    accelerator.save(record["state_dict"], out / f"state_dict_zero{stage}_{mixed_precision}.pt")
+    suffix = "_clip" if clip is not None else ""
+    accelerator.save(record["state_dict"], out / f"state_dict_zero{stage}_{mixed_precision}{suffix}.pt")
     record["unwrapped_type"] = type(accelerator.unwrap_model(model)).__name__
     record["emulated"] = accelerator.strategy.emulated
     record["world"] = accelerator.num_processes
@@ -242,6 +250,8 @@ def main() -> None:
             record = check_train(int(params[0]), params[1], args.out)
         elif kind == "fp16":
             record = check_train(int(params[0]), "fp16", args.out, inject=args.inject_overflow_step)
+        elif kind == "clip":  # DeepSpeedPlugin(gradient_clipping=CLIP): the engine clips in step()
+            record = check_train(int(params[0]), "no", args.out, clip=CLIP)
         elif kind == "resume":
             record = check_resume(int(params[0]), args.out)
         elif kind == "misuse":
