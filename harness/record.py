@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import platform
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -31,9 +32,11 @@ class RecordError(Exception):
     """A record file is missing, truncated or does not agree with its JSON."""
 
 
-def explain(given: str, why: str, valid: str, fix: str) -> str:
+def explain(given: str, why: str, valid: str | Iterable[str], fix: str) -> str:
     # The shape of accelerate_core.errors.explain, restated: the reference (a record's other
     # writer) must import nothing from the code under test.
+    if not isinstance(valid, str):
+        valid = ", ".join(repr(v) for v in valid)
     return f"{given}: {why}. Valid: {valid}. Fix: {fix}"
 
 

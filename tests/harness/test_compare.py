@@ -86,7 +86,9 @@ def test_missing_and_extra_tensors_and_shapes(golden: Record) -> None:
     by_name = _by_name(compare_record(record, golden, FP32))
     assert by_name["state_dict/head.weight"].note == "missing from the record"
     assert by_name["state_dict/extra"].note == "in the record but not in the golden"
-    assert not by_name["eval/logits"].ok and "shape (36, 8, 24) vs golden (37, 8, 24)" in by_name["eval/logits"].note
+    logits = by_name["eval/logits"]
+    assert not logits.ok and logits.note is not None
+    assert "shape (36, 8, 24) vs golden (37, 8, 24)" in logits.note
 
 
 def test_skipped_steps_must_match(golden: Record) -> None:
@@ -101,7 +103,8 @@ def test_verdicts_agree_with_torch_testing(seed: int) -> None:
     """The independent reference for the pass rule: torch.testing.assert_close."""
     generator = torch.Generator().manual_seed(seed)
     expected = torch.randn(50, generator=generator) * 10 ** torch.randint(-6, 2, (50,), generator=generator)
-    actual = expected + torch.randn(50, generator=generator) * 10.0 ** -float(torch.randint(4, 8, (1,), generator=generator))
+    noise = 10.0 ** -float(torch.randint(4, 8, (1,), generator=generator))
+    actual = expected + torch.randn(50, generator=generator) * noise
     golden = load_golden("regression", "fp32")
     record = copy.deepcopy(golden)
     golden.state_dict["probe"], record.state_dict["probe"] = expected, actual

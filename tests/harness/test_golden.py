@@ -78,15 +78,18 @@ def test_golden_of_another_task_definition(golden_copy: Path) -> None:
     body = json.loads(path.read_text())
     body["meta"]["golden"]["task_definition_hash"] = "0" * 64
     path.write_text(json.dumps(body))
-    with pytest.raises(GoldenError, match="another task definition.*golden --update"):
+    with pytest.raises(GoldenError, match=r"another task definition.*golden --update"):
         load_golden("classifier", "fp16", golden_dir=golden_copy)
 
 
-def test_update_writes_new_goldens_then_reports_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_update_writes_new_goldens_then_reports_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     changed = update_goldens(tasks=["regression"], precisions=["fp32", "fp16"], golden_dir=tmp_path)
-    assert changed == ["regression-fp32: new (no golden file yet)", "regression-fp16: new (no golden file yet)"]
+    assert changed == [f"regression-{p}: new (no golden file yet)" for p in ("fp32", "fp16")]
     assert "regression-fp16: new" in capsys.readouterr().out
-    assert (tmp_path / "regression-fp32.safetensors").read_bytes() == (GOLDEN_DIR / "regression-fp32.safetensors").read_bytes()
+    name = "regression-fp32.safetensors"
+    assert (tmp_path / name).read_bytes() == (GOLDEN_DIR / name).read_bytes()
     assert update_goldens(tasks=["regression"], precisions=["fp32", "fp16"], golden_dir=tmp_path) == []
 
 

@@ -18,7 +18,8 @@ def _record() -> Record:
         skipped_steps=[1], loss_scales=[65536.0, 32768.0],
         eval_outputs={"logits": torch.randn(5, 3).half(), "labels": torch.arange(5)},
         # Tied weights share storage, which safetensors alone would refuse to write.
-        state_dict={"embed.weight": weight, "head.weight": weight, "scale": torch.tensor(2.0, dtype=torch.bfloat16)},
+        state_dict={"embed.weight": weight, "head.weight": weight,
+                    "scale": torch.tensor(2.0, dtype=torch.bfloat16)},
         fingerprint=Fingerprint.here(device="cpu", world_size=2, seed=3, precision="fp16",
                                      strategy="zero2", emulated=True),
         meta={"note": "test"},
@@ -37,7 +38,8 @@ def test_round_trip_is_exact(tmp_path: Path) -> None:
         assert mine.keys() == theirs.keys()
         for key in mine:
             assert mine[key].dtype == theirs[key].dtype and torch.equal(mine[key], theirs[key])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cell.json", "cell.safetensors"]  # no temp files left
+    # No temp files left behind.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cell.json", "cell.safetensors"]
 
 
 def test_fingerprint_names_versions(tmp_path: Path) -> None:
@@ -56,7 +58,7 @@ def test_truncated_tensors_file_is_caught_by_its_hash(tmp_path: Path) -> None:
     _record().save(tmp_path / "cell")
     tensors = tmp_path / "cell.safetensors"
     tensors.write_bytes(tensors.read_bytes()[:-10])
-    with pytest.raises(RecordError, match="sha256 differs.*truncated"):
+    with pytest.raises(RecordError, match=r"sha256 differs.*truncated"):
         Record.load(tmp_path / "cell")
 
 

@@ -11,6 +11,7 @@ import torch
 from harness.reference import train_reference
 from harness.tasks import get_task, register_task, task_names
 from harness.tasks.base import Task
+from harness.tasks.lm import LMTask
 from harness.tasks.regression import RegressionTask
 
 BUILTIN = ("regression", "classifier", "lm", "scalar")
@@ -69,13 +70,15 @@ def test_train_size_must_be_whole_global_batches() -> None:
 
 def test_definition_hash_follows_the_definition() -> None:
     task = get_task("lm")
+    assert isinstance(task, LMTask)
     assert dataclasses.replace(task, lr=task.lr * 2).definition_hash() != task.definition_hash()
     assert dataclasses.replace(task, seed=task.seed + 1).data_sha256() != task.data_sha256()
 
 
 def test_lm_ties_embedding_and_head() -> None:
     model = get_task("lm").build_model()
-    assert model.head.weight is model.embed.weight
+    params = dict(model.named_parameters(remove_duplicate=False))
+    assert params["head.weight"] is params["embed.weight"]
     state = model.state_dict()
     assert "head.weight" in state and "embed.weight" in state
     assert len(list(model.parameters())) == len(state) - 1  # one parameter, two state-dict keys
