@@ -72,6 +72,7 @@ class DeepSpeedStrategy(Strategy):
         self._swap: AcceleratorSwap | None = None
         self._monitor: Any = None
         self._input_hook: Any = None
+        self._clip_for_next_step = False
 
     # -- environment ------------------------------------------------------------------------
     @property
@@ -177,6 +178,9 @@ class DeepSpeedStrategy(Strategy):
     def optimizer_step(self, optimizer: Any) -> bool:
         engine = self._engine("optimizer.step()")
         engine.step()
+        if self._clip_for_next_step:  # a clip_grad_norm_ call applies to one step, as in torch
+            engine.optimizer.clip_grad = float(self.config.get("gradient_clipping", 0.0))
+            self._clip_for_next_step = False
         # The engine's own overflow report (fp16 dynamic loss scaling skipped this step).
         return bool(getattr(engine.optimizer, "overflow", False)) or not engine.was_step_applied()
 
@@ -190,19 +194,33 @@ class DeepSpeedStrategy(Strategy):
     def clip_grad_norm_(
         self, parameters: Iterable[nn.Parameter], max_norm: float, norm_type: float = 2.0
     ) -> torch.Tensor:
+        """Clip in the coming optimizer.step(): the engine computes the global L2 norm of the
+        (unscaled, reduced) gradients inside step() and scales them by max_norm / (norm + 1e-6)
+        when above, exactly like torch.nn.utils.clip_grad_norm_. The norm does not exist yet at
+        this call, so NaN is returned rather than a stale or partial value."""
+        engine = self._engine("clip_grad_norm_")
         configured = float(self.config.get("gradient_clipping", 0.0))
-        if configured != float(max_norm) or norm_type != 2.0:
+        if norm_type != 2.0 or (configured and configured != float(max_norm)):
             raise ConflictingSettingsError(
                 explain(
                     f"clip_grad_norm_(max_norm={max_norm}, norm_type={norm_type}) under DeepSpeed",
-                    f"the engine clips inside optimizer.step() with its configured gradient_clipping="
-                    f"{configured:g} (L2), so a different value here would be silently ignored",
-                    "the same max_norm as DeepSpeedPlugin(gradient_clipping=...), L2 norm",
-                    f"pass DeepSpeedPlugin(gradient_clipping={max_norm}) or drop this call",
+                    f"the engine clips the L2 norm inside optimizer.step(), configured with "
+                    f"gradient_clipping={configured:g}, so this value would be ignored",
+                    "norm_type=2 and the plugin's gradient_clipping (or none in the plugin)",
+                    f"pass DeepSpeedPlugin(gradient_clipping={max_norm}) or drop the plugin's value",
                 )
             )
-        norm = self._engine("clip_grad_norm_").get_global_grad_norm()
-        return torch.tensor(float("nan") if norm is None else float(norm))
+        optimizer = engine.optimizer
+        if not configured:
+            if not hasattr(optimizer, "clip_grad"):
+                raise UnsupportedObjectError(
+                    explain(f"clip_grad_norm_ with the {type(optimizer).__name__} DeepSpeed optimizer",
+                            "it has no per-step clipping setting", "ZeRO stages 1-3",
+                            f"set DeepSpeedPlugin(gradient_clipping={max_norm}) instead")
+                )
+            optimizer.clip_grad = float(max_norm)  # for the next step only, see optimizer_step
+            self._clip_for_next_step = True
+        return torch.tensor(float("nan"))
 
     # -- state ------------------------------------------------------------------------------
     def unwrap_model(self, model: nn.Module) -> nn.Module:

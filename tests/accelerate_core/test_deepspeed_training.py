@@ -64,7 +64,7 @@ def close(actual: torch.Tensor, expected: torch.Tensor, tol: Tol, what: str = ""
 TWO_RANK_CHECKS = (
     [f"train:{s}:no" for s in STAGES] + [f"train:{s}:bf16" for s in STAGES]
     + [f"fp16:{s}" for s in STAGES] + [f"resume:{s}" for s in STAGES]
-    + [f"clip:{s}" for s in CLIP_STAGES]
+    + [f"clip:{s}" for s in CLIP_STAGES] + ["clipcall:2"]
     + ["fp16_refused", "misuse:3"]  # misuse last: it waits out its 3 s timeout
 )
 ONE_RANK_CHECKS = [f"train:{s}:no" for s in STAGES]
@@ -155,6 +155,12 @@ def test_gradient_clipping_matches_torch_clip_grad_norm(two_ranks: Path, stage: 
     gap = max((clipped["state_dict"][k] - unclipped["state_dict"][k]).abs().max()
               for k in clipped["state_dict"])
     assert gap > 1e-3  # clipping acted, so the match above says something
+
+
+def test_clip_grad_norm_in_the_loop_clips_that_step_like_torch(two_ranks: Path) -> None:
+    # No clipping in the plugin; the loop calls accelerator.clip_grad_norm_(params, c) before
+    # each optimizer.step(), as a plain loop calls torch.nn.utils.clip_grad_norm_.
+    assert_matches(load(two_ranks, "clipcall:2"), reference(2, clip=CLIP), FP32)
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -124,8 +124,9 @@ def plain_reference(world: int, precision: str = "no", inject_overflow_step: int
 
 def mission_loop(accelerator: Any, model: Any, optimizer: Any, scheduler: Any, tr_data: Any,
                  eval_data: Any, epochs: int, inject_overflow_step: int | None = None,
-                 first_epoch: int = 0) -> dict[str, Any]:
-    """The MISSION.md loop, unchanged but for recording and the optional injected overflow."""
+                 first_epoch: int = 0, clip_in_loop: float | None = None) -> dict[str, Any]:
+    """The MISSION.md loop, unchanged but for recording, the optional injected overflow and the
+    optional `accelerator.clip_grad_norm_` call before the step (as plain loops write it)."""
     losses, overflows, loss_scales, steps = [], [], [], 0
     engine_optimizer = accelerator.strategy.engine.optimizer
     for _e in range(first_epoch, epochs):
@@ -137,6 +138,8 @@ def mission_loop(accelerator: Any, model: Any, optimizer: Any, scheduler: Any, t
             accelerator.backward(loss)
             losses.append(accelerator.gather(output.loss.detach().float().reshape(1)))
             if (step + 1) % GAS == 0 or step == len(tr_data) - 1:
+                if clip_in_loop is not None:
+                    accelerator.clip_grad_norm_(model.parameters(), clip_in_loop)
                 optimizer.step()
                 optimizer.zero_grad()
                 overflows.append(optimizer.is_overflow)
@@ -167,15 +170,16 @@ def build(stage: int, mixed_precision: str, **plugin_kwargs: Any) -> tuple[Any, 
 
 
 def check_train(stage: int, mixed_precision: str, out: Path, inject: int | None = None,
-                clip: float | None = None) -> dict[str, Any]:
+                clip: float | None = None, clip_in_loop: float | None = None) -> dict[str, Any]:
     """The MISSION loop; the state dict is also saved, as MISSION.md does, to
     OUT/state_dict_zero{stage}_{precision}[_clip].pt."""
     accelerator, model, optimizer, train, evaluation, scheduler = build(
         stage, mixed_precision, cpu_fp16_emulation=mixed_precision == "fp16", gradient_clipping=clip)
-    record = mission_loop(accelerator, model, optimizer, scheduler, train, evaluation, EPOCHS, inject)
+    record = mission_loop(accelerator, model, optimizer, scheduler, train, evaluation, EPOCHS, inject,
+                          clip_in_loop=clip_in_loop)
     # As in MISSION.md: every rank calls get_state_dict, the main process saves it.
     record["state_dict"] = accelerator.get_state_dict(model)
-    suffix = "_clip" if clip is not None else ""
+    suffix = "_clip" if clip is not None or clip_in_loop is not None else ""
     accelerator.save(record["state_dict"], out / f"state_dict_zero{stage}_{mixed_precision}{suffix}.pt")
     record["unwrapped_type"] = type(accelerator.unwrap_model(model)).__name__
     record["emulated"] = accelerator.strategy.emulated
@@ -252,6 +256,8 @@ def main() -> None:
             record = check_train(int(params[0]), "fp16", args.out, inject=args.inject_overflow_step)
         elif kind == "clip":  # DeepSpeedPlugin(gradient_clipping=CLIP): the engine clips in step()
             record = check_train(int(params[0]), "no", args.out, clip=CLIP)
+        elif kind == "clipcall":  # accelerator.clip_grad_norm_(params, CLIP) in the loop instead
+            record = check_train(int(params[0]), "no", args.out, clip_in_loop=CLIP)
         elif kind == "resume":
             record = check_resume(int(params[0]), args.out)
         elif kind == "misuse":
