@@ -80,9 +80,12 @@ def run_launch(
     records_dir: Path,
     timeout_s: float,
     on_started: Callable[[str], None],
-    on_finished: Callable[[str, float], None],
+    on_finished: Callable[[str, float], bool],
 ) -> LaunchOutcome:
-    """Run `cells` (one launch shape) in one launch until all finish or one breaks it."""
+    """Run `cells` (one launch shape) in one launch until all finish or one breaks it.
+
+    `on_finished(cell_id, seconds)` judges a finished cell; returning False ends the launch there
+    (the cells after it are returned in `not_started`, to run in a fresh launch)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     for sub in ("pids", "logs", "stacks", "status"):
         (run_dir / sub).mkdir(exist_ok=True)
@@ -106,7 +109,8 @@ def run_launch(
     started: dict[str, float] = {}
     launch_start = time.monotonic()
     try:
-        while True:
+        keep_going = True
+        while keep_going:
             for cell in cells:
                 if cell.id not in started and (status / f"{cell.id}.started").exists():
                     started[cell.id] = time.monotonic()
@@ -115,8 +119,10 @@ def run_launch(
                 if cell.id not in outcome.finished and done.exists():
                     seconds = float(json.loads(done.read_text())["seconds"])
                     outcome.finished[cell.id] = seconds
-                    on_finished(cell.id, seconds)
-            if len(outcome.finished) == len(cells):
+                    if not on_finished(cell.id, seconds):
+                        keep_going = False
+                        break
+            if len(outcome.finished) == len(cells) or not keep_going:
                 break
             running = next((c for c in cells if c.id in started and c.id not in outcome.finished), None)
             now = time.monotonic()

@@ -10,8 +10,9 @@ Public API (helper code, pytest items and the CLI rely on it; keep exact):
 
 Speed comes from sharing: a launch costs seconds of start-up (imports, process group,
 DeepSpeed's first initialize), a cell inside a running launch about a second. So every cell of
-one shape runs in one launch; after a cell breaks a launch (crash, hang, exception), the cells
-not yet run go on in a fresh launch.
+one shape runs in one launch. After any failure in a launch (crash, hang, exception, or a record
+that left tolerance), the cells not yet judged go on in a fresh launch: a failing cell may have
+left the process in a state no later cell should be judged in.
 """
 
 from __future__ import annotations
@@ -175,8 +176,11 @@ def _started(run: _Run) -> Callable[[str], None]:
     return started
 
 
-def _judged(run: _Run, by_id: dict[str, Cell]) -> Callable[[str, float], None]:
-    def judged(cell_id: str, seconds: float) -> None:
+def _judged(run: _Run, by_id: dict[str, Cell]) -> Callable[[str, float], bool]:
+    """Judge a finished cell; False (end this launch) when it did not pass: a failing cell may
+    have left the process in a state no later cell should be judged in."""
+
+    def judged(cell_id: str, seconds: float) -> bool:
         cell = by_id[cell_id]
         result = judge_record(
             cell,
@@ -186,7 +190,9 @@ def _judged(run: _Run, by_id: dict[str, Cell]) -> Callable[[str, float], None]:
             env_name=run.options.env_name,
             compare_dir=_compare_dir(run.options),
         )
+        passed = result.status == Status.PASSED  # before expectations turn it into xpassed
         run.finish(cell, result)
+        return passed
 
     return judged
 

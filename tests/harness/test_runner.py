@@ -17,8 +17,8 @@ from tests.harness.runner_helpers import assert_no_leftovers
 
 IDS = [
     "nosuchtask-cpu1-single-fp32",  # raises in the worker: `error`, and the group goes on afresh
+    "canary_nan-cpu1-single-fp32",  # fails its comparison: the cell after it gets a fresh launch
     "regression-cpu1-single-fp32",
-    "canary_nan-cpu1-single-fp32",
     "regression-cpu2-ddp-fp32",
     "regression-cuda2-ddp-fp32",  # no CUDA here: skipped with a sentence
 ]
@@ -59,15 +59,18 @@ def test_every_requested_cell_has_a_result_in_order(grouped: tuple[Path, list[Ce
     assert_no_leftovers(str(report_dir))
 
 
-def test_cells_of_one_shape_share_a_launch_and_a_failure_starts_a_fresh_one(
+def test_cells_of_one_shape_share_a_launch_and_any_failure_starts_a_fresh_one(
     grouped: tuple[Path, list[CellResult], Recorder],
 ) -> None:
     report_dir = grouped[0]
     launches = sorted(p.name for p in (report_dir / "launches").iterdir())
-    # cpu1: launch 1 ends with the erroring cell; the two cells after it share launch 2.
-    assert launches == ["cpu1-001", "cpu1-002", "cpu2-001"]
+    # cpu1: launch 1 ends with the erroring cell; launch 2 with the NaN cell's failed comparison;
+    # the last cpu1 cell runs in launch 3. cpu2 has one cell, one launch.
+    assert launches == ["cpu1-001", "cpu1-002", "cpu1-003", "cpu2-001"]
     plan = (report_dir / "launches" / "cpu1-002" / "plan.json").read_text()
     assert "regression-cpu1-single-fp32" in plan and "canary_nan-cpu1-single-fp32" in plan
+    plan = (report_dir / "launches" / "cpu1-003" / "plan.json").read_text()
+    assert "regression-cpu1-single-fp32" in plan and "canary_nan" not in plan
 
 
 def test_error_skip_and_pass_carry_their_evidence(grouped: tuple[Path, list[CellResult], Recorder]) -> None:
