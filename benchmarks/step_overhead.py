@@ -43,6 +43,11 @@ CLOCK = time.process_time
 SAMPLES = BATCH * 40
 
 
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def make_model(tiny: bool = False) -> nn.Module:
     torch.manual_seed(0)
     if tiny:  # almost no compute: the step time is the loop's own overhead
@@ -82,6 +87,7 @@ def plain_runner(world: int, rank: int, device: torch.device, tiny: bool = False
                 done += 1
                 if done == steps:
                     break
+        _sync()
         return (CLOCK() - start) / steps
 
     return run
@@ -105,6 +111,7 @@ def core_runner(world: int, cpu: bool, tiny: bool = False) -> Callable[[int], fl
                 done += 1
                 if done == steps:
                     break
+        _sync()
         return (CLOCK() - start) / steps
 
     return run
@@ -201,7 +208,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     global CLOCK
-    CLOCK = time.perf_counter if args.wall else time.process_time
+    # CUDA kernels run asynchronously: CPU time says nothing about them, use synchronised wall time.
+    CLOCK = time.perf_counter if args.wall or args.cuda else time.process_time
     if args.ddp_worker:
         ddp_worker(args)
         return
