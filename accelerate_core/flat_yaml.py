@@ -166,9 +166,9 @@ def _parse_value(text: str, source: str, where: str) -> Scalar:
         _expect_only_comment(text[match.end() :], source, where)
         return match.group(1).replace("''", "'")
     plain = re.split(r"\s+#", text, maxsplit=1)[0].strip()
-    if plain.startswith(_INDICATORS) or _BLOCK_INDICATOR.match(plain) or ": " in plain or plain.startswith("#"):
-        if plain.startswith("#"):
-            return None  # `key: # comment` is an empty value, i.e. null
+    if plain.startswith("#"):
+        return None  # `key: # comment` is an empty value, i.e. null
+    if plain.startswith(_INDICATORS) or _BLOCK_INDICATOR.match(plain) or ": " in plain:
         raise _error(source, where, "this reader supports plain scalars only; quote the value")
     if plain in _NULL:
         return None

@@ -21,7 +21,7 @@ from accelerate_core.launch_env import LaunchSettings
 try:
     import yaml
 except ImportError:  # the small reader alone is still tested
-    yaml = None
+    yaml = None  # type: ignore[assignment]
 
 READERS = [False, pytest.param(True, marks=pytest.mark.skipif(yaml is None, reason="PyYAML not installed"))]
 

@@ -7,12 +7,14 @@ processes of the machine with psutil, not only over the pids the scripts wrote d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +23,7 @@ from tests.accelerate_core.commands.cli_helpers import CLI, REPO_ROOT, SCRIPTS, 
 psutil = pytest.importorskip("psutil")
 
 
-def processes_with_marker(marker: str) -> list[psutil.Process]:
+def processes_with_marker(marker: str) -> list[Any]:
     found = []
     for proc in psutil.process_iter():
         try:
@@ -32,6 +34,13 @@ def processes_with_marker(marker: str) -> list[psutil.Process]:
     return found
 
 
+def kill_marked(marker: str) -> None:
+    """Test hygiene: whatever the outcome, no process of this test's run outlives it."""
+    for proc in processes_with_marker(marker):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -39,7 +48,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for_files(directory: Path, names: list[str], launcher: subprocess.Popen[str], timeout: float) -> None:
+def wait_for_files(directory: Path, names: list[str], launcher: subprocess.Popen[str],
+                   timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not all((directory / n).exists() for n in names):
         if launcher.poll() is not None:
@@ -52,7 +62,7 @@ def wait_for_files(directory: Path, names: list[str], launcher: subprocess.Popen
 
 
 def test_one_process_runs_directly_with_the_torchrun_variables(tmp_path: Path) -> None:
-    env = cli_environ(tmp_path / "cache")
+    env = cli_environ(tmp_path / "cfg")
     result = run_cli(["launch", "--backend", "single", "--mixed_precision", "bf16",
                       str(SCRIPTS / "show_env.py"), str(tmp_path / "out"), "7"], env)
     assert result.returncode == 7, describe(result)  # the script's own exit code
@@ -63,12 +73,13 @@ def test_one_process_runs_directly_with_the_torchrun_variables(tmp_path: Path) -
         "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
     assert 0 < int(env_seen["MASTER_PORT"]) < 65536
     # Only what was said reaches the script: no config file, two flags (backend, precision).
-    launcher_vars = {k: v for k, v in env_seen.items() if k.startswith("ACCELERATE_CORE_")}
+    launcher_vars = {k: v for k, v in env_seen.items()
+                     if k.startswith("ACCELERATE_CORE_") and k != "ACCELERATE_CORE_CONFIG_FILE"}
     assert launcher_vars == {"ACCELERATE_CORE_BACKEND": "single", "ACCELERATE_CORE_MIXED_PRECISION": "bf16"}
 
 
 def test_stale_launcher_variables_in_the_shell_do_not_leak_into_the_run(tmp_path: Path) -> None:
-    env = cli_environ(tmp_path / "cache", {"ACCELERATE_CORE_ZERO_STAGE": "3"})
+    env = cli_environ(tmp_path / "cfg", {"ACCELERATE_CORE_ZERO_STAGE": "3"})
     result = run_cli(["launch", str(SCRIPTS / "show_env.py"), str(tmp_path / "out")], env)
     assert result.returncode == 0, describe(result)
     env_seen = json.loads((tmp_path / "out.rank0.json").read_text())["env"]
@@ -78,7 +89,7 @@ def test_stale_launcher_variables_in_the_shell_do_not_leak_into_the_run(tmp_path
 
 @pytest.mark.ddp
 def test_two_processes_get_ranks_and_the_launch_settings(tmp_path: Path) -> None:
-    env = cli_environ(tmp_path / "cache")
+    env = cli_environ(tmp_path / "cfg")
     result = run_cli(["launch", "--cpu", "--num-processes", "2", "--backend", "ddp",
                       str(SCRIPTS / "show_env.py"), str(tmp_path / "out")], env, timeout=120)
     assert result.returncode == 0, describe(result)
@@ -92,18 +103,24 @@ def test_two_processes_get_ranks_and_the_launch_settings(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_a_failing_rank_stops_the_run_with_its_exit_code_and_leaves_nothing(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
-    env = cli_environ(tmp_path / "cache", {"H3_RUN_MARKER": marker})
+    env = cli_environ(tmp_path / "cfg", {"H3_RUN_MARKER": marker})
+    log = tmp_path / "launch.log"
     start = time.monotonic()
-    launcher = subprocess.Popen(
-        [*CLI, "launch", "--cpu", "--num-processes", "2", "--backend", "ddp",
-         str(SCRIPTS / "fail_rank1.py"), str(tmp_path)],
-        env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        out, _ = launcher.communicate(timeout=120)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-    elapsed = time.monotonic() - start
+    # Output to a file, not a pipe: a leftover process holding the pipe must not hide the exit.
+    with log.open("w") as sink:
+        launcher = subprocess.Popen(
+            [*CLI, "launch", "--cpu", "--num-processes", "2", "--backend", "ddp",
+             str(SCRIPTS / "fail_rank1.py"), str(tmp_path)],
+            env=env, cwd=str(REPO_ROOT), stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            launcher.wait(timeout=120)
+        finally:
+            elapsed = time.monotonic() - start
+            if launcher.poll() is None:
+                launcher.kill()
+            leftovers = processes_with_marker(marker)
+            kill_marked(marker)
+    out = log.read_text()
     pids = {p.stem: int(p.read_text()) for p in tmp_path.glob("*.pid")}
     assert set(pids) == {"rank0", "rank1", "grandchild"}, out
     assert launcher.returncode == 3, out  # rank 1's own exit code, not torchrun's 1
@@ -111,8 +128,8 @@ def test_a_failing_rank_stops_the_run_with_its_exit_code_and_leaves_nothing(tmp_
     # Rank 0 would sleep 600 s: the launch ended because rank 1 failed. (Start-up of two
     # processes is a few seconds here; the bound leaves room for a loaded machine.)
     assert elapsed < 60, f"took {elapsed:.1f}s"
+    assert leftovers == []
     assert not [name for name, pid in pids.items() if alive(pid)]
-    assert processes_with_marker(marker) == []
 
 
 @pytest.mark.ddp
@@ -120,7 +137,7 @@ def test_a_failing_rank_stops_the_run_with_its_exit_code_and_leaves_nothing(tmp_
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_ctrl_c_or_sigterm_to_launch_stops_every_rank(tmp_path: Path, sig: signal.Signals) -> None:
     marker = uuid.uuid4().hex
-    env = cli_environ(tmp_path / "cache", {"H3_RUN_MARKER": marker})
+    env = cli_environ(tmp_path / "cfg", {"H3_RUN_MARKER": marker})
     launcher = subprocess.Popen(
         [*CLI, "launch", "--cpu", "--num-processes", "2", "--backend", "ddp",
          str(SCRIPTS / "sleep_ranks.py"), str(tmp_path)],
@@ -134,16 +151,18 @@ def test_ctrl_c_or_sigterm_to_launch_stops_every_rank(tmp_path: Path, sig: signa
     finally:
         if launcher.poll() is None:
             launcher.kill()
+        leftovers = processes_with_marker(marker)
+        kill_marked(marker)
+    assert leftovers == []
     assert launcher.returncode == 128 + int(sig), out
     assert stopped_in < 40, f"took {stopped_in:.1f}s"  # torchrun's own grace period is 30 s
     pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
     assert not [pid for pid in pids if alive(pid)]
-    assert processes_with_marker(marker) == []
 
 
 def test_one_process_run_is_stopped_by_sigint_too(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
-    env = cli_environ(tmp_path / "cache", {"H3_RUN_MARKER": marker})
+    env = cli_environ(tmp_path / "cfg", {"H3_RUN_MARKER": marker})
     launcher = subprocess.Popen([*CLI, "launch", str(SCRIPTS / "sleep_ranks.py"), str(tmp_path)],
                                 env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
@@ -154,6 +173,8 @@ def test_one_process_run_is_stopped_by_sigint_too(tmp_path: Path) -> None:
     finally:
         if launcher.poll() is None:
             launcher.kill()
+        leftovers = processes_with_marker(marker)
+        kill_marked(marker)
+    assert leftovers == []
     assert launcher.returncode == 130, out
     assert not alive(int((tmp_path / "rank0.pid").read_text()))
-    assert processes_with_marker(marker) == []

@@ -28,7 +28,8 @@ class RegressionData(Dataset[dict[str, torch.Tensor]]):
     def __init__(self, samples: int, seed: int) -> None:
         g = torch.Generator().manual_seed(seed)
         self.x = torch.randn(samples, 4, generator=g)
-        self.y = self.x @ torch.tensor([[1.5], [-2.0], [0.5], [3.0]]) + 0.1 * torch.randn(samples, 1, generator=g)
+        noise = 0.1 * torch.randn(samples, 1, generator=g)
+        self.y = self.x @ torch.tensor([[1.5], [-2.0], [0.5], [3.0]]) + noise
 
     def __len__(self) -> int:
         return len(self.x)

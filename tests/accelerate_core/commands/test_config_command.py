@@ -1,0 +1,91 @@
+"""`accelerate-core config`: the questionnaire through standard input, and --default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from subprocess import CompletedProcess
+
+import pytest
+
+from accelerate_core import flat_yaml
+from accelerate_core.config import CONFIG_VERSION, LaunchConfig, default_config_path, load_config
+from tests.accelerate_core.commands.cli_helpers import cli_environ, describe, run_cli
+
+
+def run_config(tmp_path: Path, answers: list[str], *flags: str) -> tuple[CompletedProcess[str], Path]:
+    path = tmp_path / "out" / "config.yaml"
+    result = run_cli(["config", "--config-file", str(path), *flags], cli_environ(tmp_path),
+                     stdin="".join(a + "\n" for a in answers))
+    return result, path
+
+
+def test_deepspeed_answers_write_the_expected_file(tmp_path: Path) -> None:
+    # cpu, backend, machines, processes, precision, stage, offload optimizer, offload params,
+    # accumulation, clipping. An invalid answer ("4" as ZeRO stage) is asked again.
+    answers = ["yes", "deepspeed", "1", "2", "bf16", "4", "3", "cpu", "none", "4", "1.5"]
+    result, path = run_config(tmp_path, answers)
+    assert result.returncode == 0, describe(result)
+    assert "Not accepted" in result.stdout and "0, 1, 2, 3" in result.stdout
+    assert load_config(path) == LaunchConfig(
+        backend="deepspeed", cpu=True, num_processes=2, mixed_precision="bf16", zero_stage=3,
+        offload_optimizer_device="cpu", offload_param_device="none", gradient_accumulation_steps=4,
+        gradient_clipping=1.5)
+    data = flat_yaml.loads(path.read_text())
+    assert data["version"] == CONFIG_VERSION and next(iter(data)) == "version"
+
+
+def test_single_backend_asks_no_process_or_zero_questions(tmp_path: Path) -> None:
+    result, path = run_config(tmp_path, ["yes", "single", "", "", ""])  # defaults after the backend
+    assert result.returncode == 0, describe(result)
+    assert "How many" not in result.stdout and "ZeRO stage" not in result.stdout
+    assert load_config(path) == LaunchConfig(backend="single", cpu=True)
+
+
+def test_several_machines_ask_for_rank_address_and_port(tmp_path: Path) -> None:
+    answers = ["no", "ddp", "2", "1", "10.0.0.5", "", "3", "8", "fp16", "1", "none"]
+    result, path = run_config(tmp_path, answers)
+    assert result.returncode == 0, describe(result)
+    assert "multiple of the 2 machines" in result.stdout  # 3 processes over 2 machines re-asked
+    assert load_config(path) == LaunchConfig(
+        backend="ddp", cpu=False, num_processes=8, num_machines=2, machine_rank=1,
+        main_process_ip="10.0.0.5", main_process_port=29500, mixed_precision="fp16")
+
+
+def test_end_of_input_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
+    result, path = run_config(tmp_path, ["yes", "ddp"])
+    assert result.returncode == 2, describe(result)
+    assert "standard input" in result.stderr and "ended before" in result.stderr
+    assert "Traceback" not in result.stderr and not path.exists()
+
+
+def test_invalid_answers_are_retried_then_refused(tmp_path: Path) -> None:
+    result, path = run_config(tmp_path, ["maybe", "perhaps", "sometimes"])
+    assert result.returncode == 2, describe(result)
+    assert result.stdout.count("Not accepted") == 3 and "3 answers in a row" in result.stderr
+    assert not path.exists()
+
+
+def test_default_writes_a_cpu_config_on_a_cpu_only_machine(tmp_path: Path) -> None:
+    import torch
+
+    env = cli_environ(tmp_path, config_text=None, extra={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    result = run_cli(["config", "--default"], env, stdin="")
+    assert result.returncode == 0, describe(result)
+    path = tmp_path / "cache" / "accelerate_core" / "default_config.yaml"
+    assert str(path) in result.stdout
+    config = load_config(path)
+    if not torch.cuda.is_available():
+        assert config == LaunchConfig(backend="single", cpu=True, num_processes=1)
+    else:
+        assert config.cpu is False and config.num_processes == torch.cuda.device_count()
+    # The file written to the default place is the one launch then reads.
+    shown = run_cli(["launch", "--dry-run", "--mixed-precision", "bf16", __file__], env)
+    assert shown.returncode == 0, describe(shown)
+    assert "env: ACCELERATE_CORE_BACKEND=single" in shown.stdout or config.backend != "single"
+    assert "env: ACCELERATE_CORE_MIXED_PRECISION=bf16" in shown.stdout
+
+
+def test_default_path_is_the_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ACCELERATE_CORE_CONFIG_FILE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert default_config_path() == tmp_path / "accelerate_core" / "default_config.yaml"
