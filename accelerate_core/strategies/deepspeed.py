@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -46,7 +45,6 @@ class DeepSpeedStrategy(Strategy):
         precision: DeepSpeedPrecision,
         plugin: DeepSpeedPlugin | None = None,
         gradient_accumulation_steps: int = 1,
-        cpu_fp16_emulation: bool | None = None,
     ) -> None:
         require_deepspeed("a DeepSpeed strategy")
         super().__init__(process, precision)
@@ -63,8 +61,6 @@ class DeepSpeedStrategy(Strategy):
                     "drop gradient_accumulation_steps from DeepSpeedPlugin",
                 )
             )
-        if cpu_fp16_emulation is not None:
-            plugin = dataclasses.replace(plugin, cpu_fp16_emulation=cpu_fp16_emulation)
         self.plugin = plugin
         self.precision: DeepSpeedPrecision = precision
         self.engine: Any = None
@@ -77,8 +73,7 @@ class DeepSpeedStrategy(Strategy):
     # -- environment ------------------------------------------------------------------------
     @property
     def root_device(self) -> torch.device:
-        device = getattr(self.process, "device", None)
-        return torch.device(device) if device is not None else torch.device("cpu")
+        return self.process.device
 
     @property
     def emulated(self) -> bool:
@@ -92,16 +87,9 @@ class DeepSpeedStrategy(Strategy):
     def setup_environment(self) -> None:
         prepare_accelerator_choice(self.root_device)
         backend = "gloo" if self.root_device.type == "cpu" else "nccl"
-        init_group = getattr(self.process, "init_process_group", None)
-        if init_group is not None:
-            init_group(backend)  # reuses the launch's group; a lone process gets a one-rank one
-        elif not dist.is_initialized():
-            # DeepSpeed wants the launcher's variables even for one process; without them it
-            # tries MPI discovery. A lone process gets a one-rank group on a free local port.
-            for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
-                               ("MASTER_ADDR", "127.0.0.1")):
-                os.environ.setdefault(key, value)
-            os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        # Reuses the launch's group; a lone process gets a one-rank group on a free local port
+        # (DeepSpeed wants RANK/WORLD_SIZE/MASTER_* even then, or it tries MPI discovery).
+        self.process.init_process_group(backend)
         import deepspeed
 
         # Wraps the existing torch group in deepspeed.comm (creates one only if none exists).
@@ -274,10 +262,3 @@ class DeepSpeedStrategy(Strategy):
             )
         return self.engine
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
