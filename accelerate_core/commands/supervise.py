@@ -16,10 +16,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_S = 5.0  # how long stragglers get between SIGTERM and SIGKILL
@@ -34,6 +35,23 @@ def become_subreaper() -> bool:
         return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _die_with_launcher(launcher_pid: int) -> Callable[[], None] | None:
+    """For the child, before exec: SIGTERM me when the launcher dies (even by SIGKILL), so a
+    killed launcher still takes torchrun, and through it every rank, down. Linux only."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def arm() -> None:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != launcher_pid:  # the launcher died before the line above took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
 
 
 def descendants(root: int) -> list[int]:
@@ -138,7 +156,8 @@ def exit_status(returncode: int) -> int:
 def run_supervised(command: Sequence[str], env: Mapping[str, str]) -> int:
     """Run `command` to completion; return its exit status. No descendant outlives the call."""
     become_subreaper()
-    child = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
+    child = subprocess.Popen(list(command), env=dict(env), start_new_session=True,
+                             preexec_fn=_die_with_launcher(os.getpid()))  # safe: the launcher has one thread
     try:
         with _forward_signals(child) as received:
             returncode = child.wait()

@@ -11,6 +11,7 @@ import contextlib
 import json
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -48,7 +49,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for_files(directory: Path, names: list[str], launcher: subprocess.Popen[str],
+def wait_for_files(directory: Path, names: list[str], launcher: subprocess.Popen[Any],
                    timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not all((directory / n).exists() for n in names):
@@ -178,3 +179,28 @@ def test_one_process_run_is_stopped_by_sigint_too(tmp_path: Path) -> None:
     assert leftovers == []
     assert launcher.returncode == 130, out
     assert not alive(int((tmp_path / "rank0.pid").read_text()))
+
+
+@pytest.mark.ddp
+@pytest.mark.slow
+def test_a_launcher_killed_outright_still_takes_every_rank_down(tmp_path: Path) -> None:
+    # SIGKILL cannot be handled: the launcher armed torchrun with a parent-death signal (Linux).
+    if not sys.platform.startswith("linux"):
+        pytest.skip("parent-death signals are Linux-only")
+    marker = uuid.uuid4().hex
+    env = cli_environ(tmp_path / "cfg", {"H3_RUN_MARKER": marker})
+    launcher = subprocess.Popen(
+        [*CLI, "launch", "--cpu", "--num-processes", "2", "--backend", "ddp",
+         str(SCRIPTS / "sleep_ranks.py"), str(tmp_path)],
+        env=env, cwd=str(REPO_ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_files(tmp_path, ["rank0.pid", "rank1.pid"], launcher, timeout=90)
+        launcher.kill()
+        launcher.wait(timeout=10)
+        deadline = time.monotonic() + 40  # torchrun's own grace period for its ranks is 30 s
+        while processes_with_marker(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        leftovers = processes_with_marker(marker)
+    finally:
+        kill_marked(marker)
+    assert leftovers == []
