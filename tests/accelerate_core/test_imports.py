@@ -16,6 +16,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+import torch
 
 from accelerate_core.imports import DEEPSPEED_INSTALL_HINT, is_deepspeed_available
 
@@ -48,7 +49,14 @@ print("RESULT " + json.dumps(result))
 def _site_packages_without_deepspeed(tmp_path: Path) -> Path:
     mirror = tmp_path / "site-packages"
     mirror.mkdir()
-    for root in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+    # Where this interpreter really finds its packages (torch's folder covers a python run with -S,
+    # for which sysconfig names the base installation's site-packages, not the venv's).
+    # The first folder holding a name wins, as on sys.path.
+    roots = [str(Path(torch.__file__).parents[1]), sysconfig.get_paths()["purelib"],
+             sysconfig.get_paths()["platlib"]]
+    for root in dict.fromkeys(roots):
+        if not Path(root).is_dir():
+            continue
         for entry in Path(root).iterdir():
             if entry.name.lower().startswith("deepspeed") or (mirror / entry.name).exists():
                 continue
