@@ -17,7 +17,6 @@ left the process in a state no later cell should be judged in.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +99,10 @@ def run_cells(
             continue
         run.emulated[cell.id] = verdict.emulated
         groups.setdefault(launch_group_key(cell), []).append(cell)
+    if matrix is not None:  # declared failures last: each one ends its launch
+        declared = {c.id for c in by_id.values() if matrix.expected_outcome(c, options.env_name) is not None}
+        for key, group in groups.items():
+            groups[key] = sorted(group, key=lambda c: c.id in declared)
     options.report_dir.mkdir(parents=True, exist_ok=True)
     try:
         for key, group in groups.items():
@@ -127,8 +130,9 @@ def _run_group(run: _Run, key: str, group: list[Cell]) -> None:
         batch = queue[:1] if run.options.isolate else queue
         launch_no += 1
         run_dir = run.options.report_dir / "launches" / f"{key}-{launch_no:03d}"
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
+        while run_dir.exists():  # an earlier run into this report dir (--resume): keep its evidence
+            launch_no += 1
+            run_dir = run.options.report_dir / "launches" / f"{key}-{launch_no:03d}"
         outcome = run_launch(
             batch,
             run.emulated,
