@@ -41,6 +41,10 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         self.scale(loss).backward()
 
+    def register_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Called by the strategy for every optimizer it sets up (loss scaling needs to know
+        when all of them have stepped)."""
+
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Divide the gradients by the loss scale (before clipping). Idempotent per step."""
 

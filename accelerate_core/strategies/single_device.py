@@ -47,6 +47,7 @@ class SingleDeviceStrategy(Strategy):
             wrapped.append(outer)
         for optimizer in optimizers:
             _move_optimizer_state(optimizer, self.root_device)
+            self.precision.register_optimizer(optimizer)
         self._models.extend(wrapped)
         self._optimizers.extend(optimizers)
         return wrapped, list(optimizers), list(schedulers)

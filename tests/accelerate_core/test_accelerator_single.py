@@ -184,3 +184,32 @@ def test_scheduler_built_on_the_prepared_optimizer_also_skips() -> None:
     scheduler.step()
     assert optimizer.is_overflow and not other.is_overflow
     assert scheduler.last_epoch == 0 and optimizer.param_groups[0]["lr"] == 0.1
+
+
+@pytest.mark.fp16
+def test_two_optimizers_share_one_scale_per_iteration() -> None:
+    """An overflow in one optimizer's gradients skips that optimizer only; the other is
+    unscaled with the scale its gradients were made with (not the lowered one)."""
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+    expected_b = {k: v.clone() for k, v in b.state_dict().items()}
+    x = torch.randn(8, 4)
+    with torch.autocast("cpu", dtype=torch.float16):
+        reference_loss = b(x).float().mean() * 0.1  # * 0.1: 65536 x a mean over 8 rows would overflow
+    grads = torch.autograd.grad(reference_loss, [b.weight, b.bias])
+    expected_b["weight"] -= 0.1 * grads[0]
+    expected_b["bias"] -= 0.1 * grads[1]
+    accelerator = Accelerator(fp16=True, cpu=True)
+    a, b, opt_a, opt_b = accelerator.prepare(
+        a, b, torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
+    )
+    a_before = [p.detach().clone() for p in a.parameters()]
+    accelerator.backward(a(x).float().mean() * float("inf"))
+    accelerator.backward(b(x).float().mean() * 0.1)
+    opt_a.step()
+    opt_b.step()
+    assert opt_a.is_overflow and not opt_b.is_overflow
+    assert all(torch.equal(p, q) for p, q in zip(a_before, a.parameters(), strict=True))
+    for key, value in b.state_dict().items():
+        torch.testing.assert_close(value, expected_b[key], rtol=1e-3, atol=1e-4)
+    assert accelerator.precision.loss_scale == 32768.0  # lowered once, after both stepped
