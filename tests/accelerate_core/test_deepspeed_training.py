@@ -45,6 +45,7 @@ pytestmark = [
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "deepspeed_checks.py"
 STAGES = (1, 2, 3)
 CLIP_STAGES = (1, 3)
+OFFLOAD_STAGES = (2, 3)
 INJECTED_STEP = 1
 
 
@@ -64,7 +65,7 @@ def close(actual: torch.Tensor, expected: torch.Tensor, tol: Tol, what: str = ""
 TWO_RANK_CHECKS = (
     [f"train:{s}:no" for s in STAGES] + [f"train:{s}:bf16" for s in STAGES]
     + [f"fp16:{s}" for s in STAGES] + [f"resume:{s}" for s in STAGES]
-    + [f"clip:{s}" for s in CLIP_STAGES] + ["clipcall:2"]
+    + [f"clip:{s}" for s in CLIP_STAGES] + ["clipcall:2"] + [f"offload:{s}" for s in OFFLOAD_STAGES]
     + ["fp16_refused", "misuse:3"]  # misuse last: it waits out its 3 s timeout
 )
 ONE_RANK_CHECKS = [f"train:{s}:no" for s in STAGES]
@@ -161,6 +162,13 @@ def test_clip_grad_norm_in_the_loop_clips_that_step_like_torch(two_ranks: Path) 
     # No clipping in the plugin; the loop calls accelerator.clip_grad_norm_(params, c) before
     # each optimizer.step(), as a plain loop calls torch.nn.utils.clip_grad_norm_.
     assert_matches(load(two_ranks, "clipcall:2"), reference(2, clip=CLIP), FP32)
+
+
+@pytest.mark.parametrize("stage", OFFLOAD_STAGES)
+def test_cpu_offload_with_a_torch_optimizer_matches_plain_pytorch(two_ranks: Path, stage: int) -> None:
+    # offload_optimizer_device="cpu" (and offload_param_device="cpu" for ZeRO-3) keeps the
+    # user's torch AdamW: the config does not let DeepSpeed swap in its own CPU Adam.
+    assert_matches(load(two_ranks, f"offload:{stage}"), reference(2), FP32)
 
 
 @pytest.mark.parametrize("stage", STAGES)

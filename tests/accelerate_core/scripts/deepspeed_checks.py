@@ -170,16 +170,21 @@ def build(stage: int, mixed_precision: str, **plugin_kwargs: Any) -> tuple[Any, 
 
 
 def check_train(stage: int, mixed_precision: str, out: Path, inject: int | None = None,
-                clip: float | None = None, clip_in_loop: float | None = None) -> dict[str, Any]:
+                clip: float | None = None, clip_in_loop: float | None = None,
+                offload: bool = False) -> dict[str, Any]:
     """The MISSION loop; the state dict is also saved, as MISSION.md does, to
     OUT/state_dict_zero{stage}_{precision}[_clip].pt."""
+    offloads = {"offload_optimizer_device": "cpu"} if offload else {}
+    if offload and stage == 3:
+        offloads["offload_param_device"] = "cpu"
     accelerator, model, optimizer, train, evaluation, scheduler = build(
-        stage, mixed_precision, cpu_fp16_emulation=mixed_precision == "fp16", gradient_clipping=clip)
+        stage, mixed_precision, cpu_fp16_emulation=mixed_precision == "fp16", gradient_clipping=clip,
+        **offloads)
     record = mission_loop(accelerator, model, optimizer, scheduler, train, evaluation, EPOCHS, inject,
                           clip_in_loop=clip_in_loop)
     # As in MISSION.md: every rank calls get_state_dict, the main process saves it.
     record["state_dict"] = accelerator.get_state_dict(model)
-    suffix = "_clip" if clip is not None or clip_in_loop is not None else ""
+    suffix = "_clip" if clip is not None or clip_in_loop is not None else "_offload" if offload else ""
     accelerator.save(record["state_dict"], out / f"state_dict_zero{stage}_{mixed_precision}{suffix}.pt")
     record["unwrapped_type"] = type(accelerator.unwrap_model(model)).__name__
     record["emulated"] = accelerator.strategy.emulated
@@ -258,6 +263,8 @@ def main() -> None:
             record = check_train(int(params[0]), "no", args.out, clip=CLIP)
         elif kind == "clipcall":  # accelerator.clip_grad_norm_(params, CLIP) in the loop instead
             record = check_train(int(params[0]), "no", args.out, clip_in_loop=CLIP)
+        elif kind == "offload":  # optimizer (and for ZeRO-3 parameter) offload to CPU memory
+            record = check_train(int(params[0]), "no", args.out, offload=True)
         elif kind == "resume":
             record = check_resume(int(params[0]), args.out)
         elif kind == "misuse":
