@@ -4,9 +4,8 @@ Rendezvous: `--standalone` makes torchrun bind its c10d store to port 0 (the OS 
 port, held open for the whole launch) and the workers share that store, so two launches, also
 from parallel pytest-xdist workers, never race for a port.
 
-The launcher runs in its own session (start_new_session) and each rank in another one (torchrun
-does that), so cleanup never relies on a process group: it signals the exact pids, found from the
-ranks' pid files and the launcher's process tree (psutil), then the launcher.
+Cleanup (harness.processes) signals exact pids; evidence (harness.evidence) reads what the ranks
+left behind.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -23,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from harness.cells import Cell
+from harness.evidence import crash_detail, dead_ranks, read_text, wait_for_stacks
+from harness.processes import kill_tree, rank_pids, register, stop
 
 POLL_S = 0.05
 STACK_WAIT_S = 3.0  # how long ranks get to write their stacks after SIGUSR1
@@ -41,11 +39,6 @@ class LaunchOutcome:
     broken_seconds: float = 0.0  # from the broken cell's start (or the launch's) to its end
     detail: str = ""
     not_started: list[Cell] = field(default_factory=list)
-
-
-# Launchers not yet reaped, killed by cleanup_all (atexit, SIGINT/SIGTERM). Popen objects, not
-# bare pids: a reaped pid may be recycled by an unrelated process, which we must never signal.
-_live: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def command(processes: int, run_dir: Path) -> list[str]:
@@ -104,7 +97,7 @@ def run_launch(
             start_new_session=True,
             cwd=os.getcwd(),
         )
-    _live[proc.pid] = proc
+    register(proc)
     outcome = LaunchOutcome()
     started: dict[str, float] = {}
     launch_start = time.monotonic()
@@ -156,10 +149,10 @@ def run_launch(
 def _on_timeout(
     proc: subprocess.Popen[bytes], run_dir: Path, outcome: LaunchOutcome, cell: Cell, limit: float
 ) -> None:
-    for pid in _rank_pids(run_dir):
+    for pid in rank_pids(run_dir):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGUSR1)
-    stacks = _wait_for_stacks(run_dir, STACK_WAIT_S)
+    stacks = wait_for_stacks(run_dir, STACK_WAIT_S)
     kill_tree(proc.pid, run_dir)
     outcome.broken_cell, outcome.broken_status = cell.id, "timeout"
     outcome.detail = f"no result within {limit:.0f} s; Python stacks of every rank:\n\n{stacks}"
@@ -175,9 +168,10 @@ def _on_exit(
     status = run_dir / "status"
     pending = [c for c in cells if c.id not in outcome.finished]
     running = next((c for c in pending if c.id in started), pending[0])
-    errors = {int(e.name.rsplit("rank", 1)[1]): _read(e) for e in status.glob(f"{running.id}.error.rank*")}
+    error_files = status.glob(f"{running.id}.error.rank*")
+    errors = {int(e.name.rsplit("rank", 1)[1]): read_text(e) for e in error_files}
     error_text = "\n".join(f"--- exception on rank {r} ---\n{text}" for r, text in sorted(errors.items()))
-    dead = _dead_ranks(_read(run_dir / "launcher.log"))
+    dead = dead_ranks(read_text(run_dir / "launcher.log"))
     # A rank that died without writing its exception crashed (killed, os._exit, segfault); the
     # others then fail in their collectives, which is a consequence, not the cause.
     if any(r not in errors for r in dead) or not errors:
@@ -192,107 +186,3 @@ def _on_exit(
     outcome.broken_cell = running.id
 
 
-def crash_detail(run_dir: Path, returncode: int | None, dead: dict[int, int], lines: int = 40) -> str:
-    """Which rank died (from torchrun's failure summary) and the tail of that rank's output."""
-    launcher = _read(run_dir / "launcher.log")
-    logs = sorted((run_dir / "logs").glob("rank*.log"))
-    chosen = [p for p in logs if int(p.stem[4:]) in dead] or logs
-    who = ", ".join(f"rank {r} died ({describe_exit(c)})" for r, c in sorted(dead.items()))
-    parts = [
-        (who or "a rank died (which one, the launcher did not say)") + f"; launch exit code {returncode}"
-    ]
-    for path in chosen:
-        tail = "\n".join(_read(path).splitlines()[-lines:])
-        parts.append(f"--- tail of {path.stem} output ---\n{tail}")
-    parts.append("--- tail of launcher output ---\n" + "\n".join(launcher.splitlines()[-15:]))
-    return "\n".join(parts)
-
-
-def _dead_ranks(launcher_log: str) -> dict[int, int]:
-    """rank -> exit code of ranks that died on their own (torchrun's failure summary:
-    "rank      : 1 (local_rank: 1)" then "exitcode  : 13 (pid: ...)")."""
-    ranks = {}
-    for match in re.finditer(r"rank\s*:\s*(\d+)\s*\(local_rank.*?\n\s*exitcode\s*:\s*(-?\d+)", launcher_log):
-        if match.group(2) not in ("0", "-15"):  # -15: stopped by torchrun after another rank died
-            ranks[int(match.group(1))] = int(match.group(2))
-    return ranks
-
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _rank_pids(run_dir: Path) -> list[int]:
-    pids = []
-    for path in (run_dir / "pids").glob("rank*"):
-        try:
-            pids.append(int(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return pids
-
-
-def _wait_for_stacks(run_dir: Path, wait_s: float) -> str:
-    deadline = time.monotonic() + wait_s
-    expected = len(_rank_pids(run_dir))
-    while time.monotonic() < deadline:
-        files = sorted((run_dir / "stacks").glob("rank*.txt"))
-        if expected and sum(1 for f in files if f.stat().st_size > 0) >= expected:
-            time.sleep(0.2)  # let the dumps complete
-            break
-        time.sleep(0.1)
-    files = sorted((run_dir / "stacks").glob("rank*.txt"))
-    return "\n".join(f"--- {f.stem} ---\n{_read(f)}" for f in files) or "(no rank wrote its stack)"
-
-
-def kill_tree(launcher_pid: int, run_dir: Path | None = None) -> None:
-    """SIGKILL the launcher, every descendant and every rank that wrote a pid file; wait for them."""
-    procs: dict[int, psutil.Process] = {}
-    try:
-        root = psutil.Process(launcher_pid) if launcher_pid > 0 else None
-        if root is None:
-            raise psutil.NoSuchProcess(launcher_pid)
-        procs[root.pid] = root
-        procs.update({p.pid: p for p in root.children(recursive=True)})
-    except psutil.NoSuchProcess:
-        pass
-    for pid in _rank_pids(run_dir) if run_dir else []:
-        try:
-            proc = psutil.Process(pid)
-            if "harness.worker" in " ".join(proc.cmdline()):  # never a recycled pid of someone else
-                procs[pid] = proc
-                procs.update({p.pid: p for p in proc.children(recursive=True)})
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    for proc in procs.values():
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    psutil.wait_procs(list(procs.values()), timeout=10)
-
-
-def stop(proc: subprocess.Popen[bytes], run_dir: Path | None) -> None:
-    """End a launch for good: its tree while the launcher is unreaped, and any rank left over."""
-    if proc.poll() is None:
-        kill_tree(proc.pid, run_dir)
-        proc.wait()
-    elif run_dir is not None:
-        kill_tree(-1, run_dir)
-    _live.pop(proc.pid, None)
-
-
-def cleanup_all() -> None:
-    """Kill every launch still running (atexit, SIGINT/SIGTERM): no process is left behind."""
-    for proc in list(_live.values()):
-        stop(proc, None)

@@ -25,9 +25,10 @@ from typing import Any, Protocol
 from harness.availability import Host, check, probe_host
 from harness.cells import Cell
 from harness.judge import apply_expected, judge_record, new_result
-from harness.launch import cleanup_all, run_launch
+from harness.launch import run_launch
 from harness.matrix_file import Matrix, load_matrix
 from harness.outcome import CellResult, Status
+from harness.processes import cleanup_all
 
 
 class ProgressLike(Protocol):

@@ -12,7 +12,7 @@ import atexit
 import signal
 from types import FrameType
 
-from harness.launch import cleanup_all
+from harness.processes import cleanup_all
 
 INTERRUPT_EXIT = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
 

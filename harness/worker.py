@@ -73,6 +73,21 @@ def _exit_with_launcher() -> None:
     threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
 
 
+def warm_up(cell_ids: list[str]) -> None:
+    """Pay the one-off import costs before the first cell starts, so that a cell's duration and
+    its --timeout measure the cell, not the launch (startup has its own grace in the parent)."""
+    import torch
+
+    import harness.loop
+    import harness.tasks  # noqa: F401 - registers the tasks
+    from harness.cells import Cell
+
+    # The first optimizer built in a process imports torch._dynamo: seconds on a busy machine.
+    torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    if any(Cell.from_id(cell_id).is_deepspeed for cell_id in cell_ids):
+        import deepspeed  # noqa: F401 - only for launches with DeepSpeed cells
+
+
 def run_cell(cell_id: str, emulated: bool, records_dir: Path) -> Any:
     """Train one cell through the core on this rank; returns the Record on the main process."""
     from harness.cells import Cell
@@ -106,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     _exit_with_launcher()
     status = run_dir / "status"
     records_dir = Path(plan["records_dir"])
+    try:
+        warm_up([entry["id"] for entry in plan["cells"]])
+    except BaseException:  # e.g. an id that does not parse: the first cell reports it below
+        traceback.print_exc()
     for entry in plan["cells"]:
         cell_id = entry["id"]
         print(f"[harness.worker rank {rank}] cell {cell_id} starts", flush=True)
