@@ -16,45 +16,26 @@ from typing import Any
 import tomllib
 
 from accelerate_core.errors import explain
-from harness.cells import DEVICES, PRECISIONS, STRATEGIES, TASK_NAME, Cell
+from harness.cells import DEVICES, PRECISIONS, STRATEGIES, Cell
+from harness.matrix_entries import (
+    Environment,
+    Expected,
+    Match,
+    MatrixError,
+    bad,
+    check_value,
+    only_keys,
+    parse_environment,
+    parse_expected,
+    parse_match,
+    parse_reason,
+    parse_shapes,
+)
+
+__all__ = ["Environment", "Expected", "Match", "Matrix", "MatrixError", "load_matrix"]
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "matrix" / "matrix.toml"
 SECTIONS = ("axes", "shapes", "exclude", "include", "expected", "environments", "tolerances")
-MATCH_KEYS = ("task", "device", "processes", "strategy", "precision")
-EXPECTED_STATUSES = ("xfailed",)
-
-
-class MatrixError(ValueError):
-    """matrix.toml is unreadable or holds a value outside its valid set."""
-
-
-@dataclass(frozen=True)
-class Match:
-    """A pattern over cell axes: each key absent matches anything, else a list of allowed values."""
-
-    values: dict[str, tuple[Any, ...]]
-
-    def matches(self, cell: Cell) -> bool:
-        return all(getattr(cell, key) in allowed for key, allowed in self.values.items())
-
-
-@dataclass(frozen=True)
-class Expected:
-    match: Match
-    status: str  # "xfailed"
-    reason: str
-    environments: tuple[str, ...] = ()  # empty: every environment
-
-
-@dataclass(frozen=True)
-class Environment:
-    name: str
-    description: str
-    deepspeed: bool  # is deepspeed installed in this environment
-    device: str  # "cpu" | "cuda": which cells this environment's CI job runs
-    extras: tuple[str, ...] = ()
-    runs_on: tuple[str, ...] = ("ubuntu-latest",)  # CI runner labels
-    markexpr: str = ""  # the -m selection its CI job runs ("" = all cells of its device)
 
 
 @dataclass
@@ -118,17 +99,10 @@ def _known_tasks(known: Iterable[str] | None) -> set[str] | None:
     return set(task_names())
 
 
-def _bad(
-    file: Path, where: str, given: object, why: str, valid: Iterable[object] | str, fix: str
-) -> MatrixError:
-    valid_text = valid if isinstance(valid, str) else ", ".join(repr(v) for v in valid)
-    return MatrixError(explain(f"{file.name} {where} = {given!r}", why, valid_text, fix))
-
-
 def _build(file: Path, raw: dict[str, Any], tasks: set[str] | None) -> Matrix:
     for key in raw:
         if key not in SECTIONS:
-            raise _bad(file, "section", key, "it is not a known section", SECTIONS, "rename or remove it")
+            raise bad(file, "section", key, "it is not a known section", SECTIONS, "rename or remove it")
     axes = raw.get("axes", {})
     valid_axes = {
         "task": sorted(tasks) if tasks is not None else None,
@@ -138,12 +112,12 @@ def _build(file: Path, raw: dict[str, Any], tasks: set[str] | None) -> Matrix:
     }
     for name, values in axes.items():
         if name not in valid_axes:
-            raise _bad(file, "[axes]", name, "it is not an axis", valid_axes, "use one of the axes")
+            raise bad(file, "[axes]", name, "it is not an axis", valid_axes, "use one of the axes")
         if not isinstance(values, list):
-            raise _bad(file, f"[axes].{name}", values, "it must be a list", "a list of strings", "write [..]")
+            raise bad(file, f"[axes].{name}", values, "it must be a list", "a list of strings", "write [..]")
         for value in values:
-            _check_value(file, f"[axes].{name}", name, value, valid_axes)
-    shapes = _shapes(file, raw.get("shapes", []), valid_axes)
+            check_value(file, f"[axes].{name}", name, value, valid_axes)
+    shapes = parse_shapes(file, raw.get("shapes", []), valid_axes)
     cells = [
         Cell(task, device, processes, strategy, precision)
         for task in axes.get("task", [])
@@ -155,151 +129,27 @@ def _build(file: Path, raw: dict[str, Any], tasks: set[str] | None) -> Matrix:
     ]
     excluded: list[tuple[Cell, str]] = []
     for i, entry in enumerate(raw.get("exclude", [])):
-        match = _match(file, f"[[exclude]] #{i + 1}", entry, valid_axes, extra=("reason",))
-        reason = _reason(file, f"[[exclude]] #{i + 1}", entry)
+        match = parse_match(file, f"[[exclude]] #{i + 1}", entry, valid_axes, extra=("reason",))
+        reason = parse_reason(file, f"[[exclude]] #{i + 1}", entry)
         excluded += [(c, reason) for c in cells if match.matches(c)]
         cells = [c for c in cells if not match.matches(c)]
     opt_in: list[tuple[Cell, str]] = []
     for i, entry in enumerate(raw.get("include", [])):
         where = f"[[include]] #{i + 1}"
-        _only_keys(file, where, entry, ("ids", "opt_in", "reason"))
+        only_keys(file, where, entry, ("ids", "opt_in", "reason"))
         word = entry.get("opt_in", "")
         for cell_id in entry.get("ids", []):
             try:
                 cell = Cell.from_id(cell_id)
             except ValueError as exc:
                 raise MatrixError(f"{file.name} {where}: {exc}") from None
-            _check_value(file, where, "task", cell.task, valid_axes)
+            check_value(file, where, "task", cell.task, valid_axes)
             if word:
                 opt_in.append((cell, word))
             elif cell not in cells:
                 cells.append(cell)
-    expected = [_expected(file, i, entry, valid_axes) for i, entry in enumerate(raw.get("expected", []))]
+    expected = [parse_expected(file, i, entry, valid_axes) for i, entry in enumerate(raw.get("expected", []))]
     environments = {
-        name: _environment(file, name, body) for name, body in raw.get("environments", {}).items()
+        name: parse_environment(file, name, body) for name, body in raw.get("environments", {}).items()
     }
     return Matrix(file, cells, opt_in, expected, environments, excluded, raw)
-
-
-def _check_value(file: Path, where: str, axis: str, value: object, valid_axes: dict[str, Any]) -> None:
-    valid = valid_axes[axis]
-    if axis == "task":
-        if not isinstance(value, str) or not TASK_NAME.match(value):
-            raise _bad(
-                file,
-                where,
-                value,
-                "a task name uses lowercase letters, digits and '_' only",
-                "names like 'regression' or 'tiny_lm'",
-                "rename the task",
-            )
-        if valid is not None and value not in valid and not value.startswith("canary"):
-            raise _bad(
-                file,
-                where,
-                value,
-                "no task of that name is registered",
-                valid,
-                "add the task under harness/tasks/ or fix the name",
-            )
-        return
-    if value not in valid:
-        raise _bad(file, where, value, f"it is not a valid {axis}", valid, f"use one of the {axis} values")
-
-
-def _shapes(file: Path, entries: list[Any], valid_axes: dict[str, Any]) -> list[tuple[str, int, list[str]]]:
-    out = []
-    for i, entry in enumerate(entries):
-        where = f"[[shapes]] #{i + 1}"
-        _only_keys(file, where, entry, ("device", "processes", "strategies"))
-        _check_value(file, where + ".device", "device", entry.get("device"), valid_axes)
-        processes = entry.get("processes")
-        if not isinstance(processes, int) or isinstance(processes, bool) or not 1 <= processes <= 64:
-            raise _bad(
-                file,
-                where + ".processes",
-                processes,
-                "it must be a whole number of processes",
-                "1..64",
-                "write e.g. processes = 2",
-            )
-        for strategy in entry.get("strategies", []):
-            _check_value(file, where + ".strategies", "strategy", strategy, valid_axes)
-        out.append((entry["device"], processes, list(entry.get("strategies", []))))
-    return out
-
-
-def _only_keys(file: Path, where: str, entry: object, allowed: Iterable[str]) -> None:
-    allowed = tuple(allowed)
-    if not isinstance(entry, dict):
-        raise _bad(file, where, entry, "it must be a table", "a TOML table", "write key = value pairs")
-    for key in entry:
-        if key not in allowed:
-            raise _bad(file, where, key, "it is not a known key", allowed, "rename or remove it")
-
-
-def _match(
-    file: Path, where: str, entry: dict[str, Any], valid_axes: dict[str, Any], extra: tuple[str, ...]
-) -> Match:
-    _only_keys(file, where, entry, MATCH_KEYS + extra)
-    values: dict[str, tuple[Any, ...]] = {}
-    for key in MATCH_KEYS:
-        if key not in entry:
-            continue
-        given = entry[key] if isinstance(entry[key], list) else [entry[key]]
-        for value in given:
-            if key != "processes":
-                _check_value(file, f"{where}.{key}", key, value, valid_axes)
-        values[key] = tuple(given)
-    return Match(values)
-
-
-def _reason(file: Path, where: str, entry: dict[str, Any]) -> str:
-    reason = entry.get("reason", "")
-    if not isinstance(reason, str) or len(reason.strip()) < 10:
-        raise _bad(
-            file,
-            where + ".reason",
-            reason,
-            "every exclusion and expected outcome needs a reason",
-            "a sentence of at least 10 characters",
-            "say why, e.g. the upstream issue",
-        )
-    return reason.strip()
-
-
-def _expected(file: Path, i: int, entry: dict[str, Any], valid_axes: dict[str, Any]) -> Expected:
-    where = f"[[expected]] #{i + 1}"
-    match = _match(file, where, entry, valid_axes, extra=("status", "reason", "environments"))
-    status = entry.get("status", "xfailed")
-    if status not in EXPECTED_STATUSES:
-        raise _bad(
-            file, where + ".status", status, "not an expected outcome", EXPECTED_STATUSES, "use 'xfailed'"
-        )
-    return Expected(match, status, _reason(file, where, entry), tuple(entry.get("environments", [])))
-
-
-def _environment(file: Path, name: str, body: dict[str, Any]) -> Environment:
-    where = f"[environments.{name}]"
-    _only_keys(file, where, body, ("description", "deepspeed", "device", "extras", "runs_on", "markexpr"))
-    if not isinstance(body.get("deepspeed"), bool):
-        raise _bad(
-            file,
-            where + ".deepspeed",
-            body.get("deepspeed"),
-            "it must say whether deepspeed is installed",
-            (True, False),
-            "write deepspeed = true or false",
-        )
-    device = body.get("device", "cpu")
-    if device not in DEVICES:
-        raise _bad(file, where + ".device", device, "not a device", DEVICES, "use one of the devices")
-    return Environment(
-        name=name,
-        description=str(body.get("description", "")),
-        deepspeed=body["deepspeed"],
-        device=device,
-        extras=tuple(body.get("extras", [])),
-        runs_on=tuple(body.get("runs_on", ["ubuntu-latest"])),
-        markexpr=str(body.get("markexpr", "")),
-    )
