@@ -15,12 +15,14 @@ from harness.tasks.classifier import ClassifierTask
 from harness.tasks.lm import LMTask
 from harness.tasks.registry import get_task, register_task, task_names
 from harness.tasks.regression import RegressionTask
+from harness.tasks.root_param import RootParamTask
 from harness.tasks.scalar import ScalarTask
 
 register_task(RegressionTask())
 register_task(ClassifierTask())
 register_task(LMTask())
 register_task(ScalarTask())
+register_task(RootParamTask())
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name.startswith("canary"):

@@ -8,6 +8,7 @@ baseline, made in a single process over whole global batches, serves every world
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import inspect
@@ -132,14 +133,15 @@ class Task:
 
     # ----------------------------------------------------------------------------- identity
     def definition_hash(self) -> str:
-        """sha256 over the task's fields and the source of the module that defines it (and of
-        this base module): change either, and goldens made before say they are stale."""
+        """sha256 over the task's fields and the code of the module that defines it (and of this
+        base module): change either, and goldens made before say they are stale. The code is
+        hashed as its syntax tree without docstrings, so comments and docs may change freely."""
         digest = hashlib.sha256()
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         digest.update(type(self).__qualname__.encode())
         digest.update(json.dumps(fields, sort_keys=True, default=repr).encode())
         for module_name in (__name__, type(self).__module__):
-            digest.update(inspect.getsource(sys.modules[module_name]).encode())
+            digest.update(_code_shape(inspect.getsource(sys.modules[module_name])).encode())
         return digest.hexdigest()
 
     def data_sha256(self) -> str:
@@ -164,6 +166,18 @@ class Task:
 
     def _make_data(self, size: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
         raise NotImplementedError
+
+
+def _code_shape(source: str) -> str:
+    """The module's syntax tree without docstrings (comments are not in the tree at all)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=False)
 
 
 def _generator(seed: int) -> torch.Generator:

@@ -21,8 +21,8 @@ from harness.tasks.base import Task, TaskOutput, trainable
 
 class ScaledHead(nn.Module):
     """A linear head with a learnt temperature. The temperature lives here, not on the root
-    module: under ZeRO-3 a parameter used directly in the root's forward beside submodules fails
-    (see the `scalar` task and matrix.toml), and this task is meant to pass there."""
+    module: owned by the root, it would fail under ZeRO-3 (the `root_param` task shows why), and
+    this task is meant to pass there."""
 
     def __init__(self, hidden: int, classes: int) -> None:
         super().__init__()

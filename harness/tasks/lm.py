@@ -41,9 +41,8 @@ class Block(nn.Module):
 
 
 class Positions(nn.Module):
-    """Learnt absolute positions. A module of its own on purpose: under ZeRO-3 (DeepSpeed
-    0.19.8) the same parameter used directly in the root module's forward fails in backward
-    ("size of tensor a (0) must match ... b (16)"); as a submodule it trains."""
+    """Learnt absolute positions. A module of its own on purpose: owned by the root module, the
+    same parameter fails under ZeRO-3 (the `root_param` task shows why); here it trains."""
 
     def __init__(self, length: int, dim: int) -> None:
         super().__init__()

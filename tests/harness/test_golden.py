@@ -12,7 +12,7 @@ from harness.golden import GOLDEN_DIR, GoldenError, check_goldens, load_golden, 
 from harness.reference import PRECISIONS
 from harness.tasks import get_task, task_names
 
-OWN_GOLDENS = ("regression", "classifier", "lm", "scalar")
+OWN_GOLDENS = ("regression", "classifier", "lm", "scalar", "root_param")
 
 
 @pytest.fixture

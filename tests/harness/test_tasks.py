@@ -14,7 +14,7 @@ from harness.tasks.base import Task
 from harness.tasks.lm import LMTask
 from harness.tasks.regression import RegressionTask
 
-BUILTIN = ("regression", "classifier", "lm", "scalar")
+BUILTIN = ("regression", "classifier", "lm", "scalar", "root_param")
 
 
 def test_builtin_tasks_are_registered() -> None:
@@ -73,6 +73,20 @@ def test_definition_hash_follows_the_definition() -> None:
     assert isinstance(task, LMTask)
     assert dataclasses.replace(task, lr=task.lr * 2).definition_hash() != task.definition_hash()
     assert dataclasses.replace(task, seed=task.seed + 1).data_sha256() != task.data_sha256()
+
+
+def test_definition_hash_ignores_comments_and_docstrings() -> None:
+    from harness.tasks.base import _code_shape
+
+    code = 'def f(x):\n    """Doc."""\n    return x + 1  # one\n'
+    assert _code_shape(code) == _code_shape("def f(x):\n    # other words\n    return x + 1\n")
+    assert _code_shape(code) != _code_shape("def f(x):\n    return x + 2\n")
+
+
+def test_root_param_owns_a_parameter_used_beside_submodules() -> None:
+    model = get_task("root_param").build_model()
+    assert "position" in dict(model.named_parameters(recurse=False))
+    assert len(list(model.children())) == 2
 
 
 def test_lm_ties_embedding_and_head() -> None:
