@@ -91,6 +91,15 @@ def test_missing_and_extra_tensors_and_shapes(golden: Record) -> None:
     assert "shape (36, 8, 24) vs golden (37, 8, 24)" in logits.note
 
 
+def test_learning_rates_get_no_precision_allowance(golden: Record) -> None:
+    record = copy.deepcopy(golden)
+    record.lrs[4] = [lr * 1.01 for lr in record.lrs[4]]  # a scheduler a step off moves lr ~1%
+    loosest = tolerance_for("bf16", "zero3")
+    lrs = _by_name(compare_record(record, golden, loosest))["lrs"]
+    assert not lrs.ok and lrs.first_divergence == "optimizer step 4 (param group 0)"
+    assert (lrs.rtol, lrs.atol) == (1e-9, 0.0)
+
+
 def test_skipped_steps_must_match(golden: Record) -> None:
     record = copy.deepcopy(golden)
     record.skipped_steps = [2, 5]
