@@ -74,6 +74,7 @@ def run_launch(
     timeout_s: float,
     on_started: Callable[[str], None],
     on_finished: Callable[[str, float], bool],
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> LaunchOutcome:
     """Run `cells` (one launch shape) in one launch until all finish or one breaks it.
 
@@ -103,7 +104,7 @@ def run_launch(
     launch_start = time.monotonic()
     try:
         keep_going = True
-        while keep_going:
+        while keep_going and not should_stop():
             for cell in cells:
                 if cell.id not in started and (status / f"{cell.id}.started").exists():
                     started[cell.id] = time.monotonic()
@@ -135,8 +136,9 @@ def run_launch(
                 _on_exit(proc, run_dir, outcome, cells, started)
                 break
             time.sleep(POLL_S)
-        with contextlib.suppress(subprocess.TimeoutExpired):  # a rank stuck in teardown: killed below
-            proc.wait(timeout=30)
+        if len(outcome.finished) == len(cells) and not should_stop():  # let it exit on its own
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a rank stuck in teardown: killed below
+                proc.wait(timeout=30)
     finally:
         stop(proc, run_dir)
     if outcome.broken_cell is not None:

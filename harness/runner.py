@@ -18,6 +18,7 @@ left the process in a state no later cell should be judged in.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,6 +46,10 @@ class RunOptions:
     matrix_path: Path | None = None
     compare_records: Path | None = None  # another environment's report dir: cross-check records
     allow_cpu_fp16_emulation: bool = True
+    # CPU launch groups run at the same time, up to this many (0: 2 on a machine with 2+ cores).
+    # A 1-process group beside a 2-process one uses the core the first would leave idle; GPU
+    # groups always run one after another (they would share devices).
+    parallel_launches: int = 0
     host: Host | None = None  # tests inject a host; None = probe this machine
     matrix: Matrix | None = None  # already loaded (saves a re-read); None = load matrix_path
 
@@ -70,12 +75,15 @@ class _Run:
     progress: ProgressLike | None
     emulated: dict[str, bool] = field(default_factory=dict)
     results: dict[str, CellResult] = field(default_factory=dict)
+    stopping: bool = False  # set on SIGINT/SIGTERM: launch threads stop, late results are dropped
 
     @property
     def records_dir(self) -> Path:
         return self.options.report_dir / "records"
 
     def finish(self, cell: Cell, result: CellResult) -> None:
+        if self.stopping:  # a cell cut short by the interrupt is not a result: --resume reruns it
+            return
         expected = self.matrix.expected_outcome(cell, self.options.env_name) if self.matrix else None
         result.environment = self.options.env_name
         self.results[cell.id] = apply_expected(result, expected)
@@ -105,15 +113,35 @@ def run_cells(
         for key, group in groups.items():
             groups[key] = sorted(group, key=lambda c: c.id in declared)
     options.report_dir.mkdir(parents=True, exist_ok=True)
+    cpu_groups = [(k, g) for k, g in groups.items() if g[0].device == "cpu"]
+    other_groups = [(k, g) for k, g in groups.items() if g[0].device != "cpu"]
+    parallel = options.parallel_launches or (2 if host.cpu_cores >= 2 else 1)
     try:
-        for key, group in groups.items():
+        with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="launch") as pool:
+            futures = [pool.submit(_run_group, run, key, group) for key, group in cpu_groups]
+            try:
+                _wait_all(futures)
+            except BaseException:
+                run.stopping = True  # before the pool's exit waits for its threads
+                raise
+        for key, group in other_groups:
             _run_group(run, key, group)
     except KeyboardInterrupt as exc:
+        run.stopping = True
         cleanup_all()
         raise RunInterrupted(
             [run.results[c] for c in by_id if c in run.results], str(exc) or "SIGINT"
         ) from None
     return [run.results[cell_id] for cell_id in by_id]
+
+
+def _wait_all(futures: list[Future[None]]) -> None:
+    """Wait in short slices, so the main thread takes SIGINT/SIGTERM at once; re-raise a bug."""
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+        for future in done:
+            future.result()
 
 
 def _try_load(path: Path | None) -> Matrix | None:
@@ -127,7 +155,7 @@ def _run_group(run: _Run, key: str, group: list[Cell]) -> None:
     queue = list(group)
     launch_no = 0
     by_id = {c.id: c for c in group}
-    while queue:
+    while queue and not run.stopping:
         batch = queue[:1] if run.options.isolate else queue
         launch_no += 1
         run_dir = run.options.report_dir / "launches" / f"{key}-{launch_no:03d}"
@@ -142,6 +170,7 @@ def _run_group(run: _Run, key: str, group: list[Cell]) -> None:
             run.options.timeout_s,
             on_started=_started(run),
             on_finished=_judged(run, by_id),
+            should_stop=lambda: run.stopping,
         )
         if outcome.broken_cell is not None:
             cell = by_id[outcome.broken_cell]
