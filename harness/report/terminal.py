@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
 from harness.outcome import CellResult, Status
 from harness.report.summary import SYMBOL, by_severity, headline
+
+FOLD_AT = 3  # more passed (or same-reason skipped) cells than this share one row
 
 STYLE = {
     Status.PASSED: "green",
@@ -102,25 +105,60 @@ class Progress:
             self._bar = None
 
 
-def print_summary(results: Sequence[CellResult], stream: IO[str] | None = None) -> None:
-    """Print the final table (worst first) and a one-line headline."""
+@dataclass
+class Row:
+    """One line of the final table: a cell, or several passed/skipped cells folded together."""
+
+    cell: str
+    status: Status
+    duration_s: float
+    reason: str
+    emulated: bool = False
+
+
+def summary_rows(results: Sequence[CellResult], full: bool = False) -> list[Row]:
+    """Rows worst first. Unless `full`, passed cells fold into one row (one more for emulated
+    ones) and skipped cells into one row per reason: a CPU machine skips every CUDA cell, and
+    a hundred identical lines would hide the few that matter."""
+    rows: list[Row] = []
+    folded: dict[tuple[Status, str, bool], list[CellResult]] = {}
+    for r in by_severity(results):
+        status = Status(r.status)
+        if full or status not in (Status.PASSED, Status.SKIPPED):
+            rows.append(Row(r.id, status, r.duration_s, r.reason, r.emulated))
+        else:
+            folded.setdefault((status, r.reason, r.emulated), []).append(r)
+    for (status, reason, emulated), group in folded.items():
+        if len(group) <= FOLD_AT:
+            rows += [Row(r.id, status, r.duration_s, r.reason, r.emulated) for r in group]
+        else:
+            label = f"{len(group)} cells ({group[0].id}, ...)"
+            rows.append(Row(label, status, sum(r.duration_s for r in group), reason, emulated))
+    return rows
+
+
+def print_summary(results: Sequence[CellResult], stream: IO[str] | None = None, full: bool = False) -> None:
+    """Print the final table (worst first; see summary_rows) and a one-line headline."""
     stream = stream or sys.stdout
+    rows = summary_rows(results, full)
     try:
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
     except ImportError:
-        for r in by_severity(results):
-            print(f"{Status(r.status).value:>8} {r.id:<40} {r.duration_s:6.1f}s {r.reason}", file=stream)
+        for row in rows:
+            print(f"{row.status.value:>8} {row.cell:<40} {row.duration_s:6.1f}s {row.reason}", file=stream)
         print(headline(results), file=stream)
         return
     table = Table(title="Matrix results", show_lines=False)
     for column, justify in (("cell", "left"), ("status", "left"), ("time", "right"), ("reason", "left")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for r in by_severity(results):
-        status = Status(r.status)
-        label = f"{SYMBOL[status]} {status.value}" + (" (emulated)" if r.emulated else "")
-        table.add_row(Text(r.id), Text(label, style=STYLE[status]), f"{r.duration_s:.1f}s", Text(r.reason))
+    for row in rows:
+        label = f"{SYMBOL[row.status]} {row.status.value}" + (" (emulated)" if row.emulated else "")
+        # Text(), not markup: a reason such as `pip install "accelerate-core[deepspeed]"` stays whole.
+        table.add_row(
+            Text(row.cell), Text(label, style=STYLE[row.status]), f"{row.duration_s:.1f}s", Text(row.reason)
+        )
     # A log file (CI) is not 80 columns wide: give reasons room instead of cutting them.
     is_tty = bool(getattr(stream, "isatty", lambda: False)())
     console = Console(file=stream, width=None if is_tty else 160)

@@ -20,6 +20,7 @@ from harness.outcome import CellResult, Comparison, Status
 from harness.report import Progress, print_summary, write_reports
 from harness.report import writer as writer_module
 from harness.report.svg import loss_curve_svg
+from harness.report.terminal import summary_rows
 from harness.report.writer import ReportDirError
 
 ENV = {"name": "testenv", "python": "3.11", "torch": "2.13.0", "deepspeed": "not installed", "cpu_count": 2}
@@ -273,3 +274,22 @@ def test_reports_render_results_read_back_from_report_json(tmp_path: Path) -> No
     back = [CellResult.from_json(c) for c in data["cells"]]
     write_reports(back, ENV, tmp_path / "second")
     assert "max_abs_diff=nan" in (tmp_path / "second" / "junit.xml").read_text()
+
+
+def test_summary_folds_many_passed_and_same_reason_skips_but_never_problems() -> None:
+    passed = [result(f"t{i}-cpu1-single-fp32", Status.PASSED, duration_s=1.0) for i in range(5)]
+    no_gpu = [
+        result(f"t{i}-cuda2-ddp-fp32", Status.SKIPPED, "needs 2 CUDA devices, found 0") for i in range(4)
+    ]
+    no_ds = [result(f"t{i}-cpu2-zero1-fp32", Status.SKIPPED, "deepspeed is not installed") for i in range(2)]
+    failed = [result(f"t{i}-cpu2-ddp-fp32", Status.FAILED, "losses diverged") for i in range(5)]
+    rows = summary_rows(passed + no_gpu + no_ds + failed)
+    assert [r.cell for r in rows[:5]] == [r.id for r in failed]  # problems: one row each, first
+    assert [(r.cell, r.status) for r in rows[5:]] == [
+        ("4 cells (t0-cuda2-ddp-fp32, ...)", Status.SKIPPED),
+        ("t0-cpu2-zero1-fp32", Status.SKIPPED),
+        ("t1-cpu2-zero1-fp32", Status.SKIPPED),
+        ("5 cells (t0-cpu1-single-fp32, ...)", Status.PASSED),
+    ]
+    assert rows[-1].duration_s == 5.0
+    assert len(summary_rows(passed + no_gpu + no_ds + failed, full=True)) == 16
