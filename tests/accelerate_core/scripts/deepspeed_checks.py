@@ -63,7 +63,13 @@ def make_objects(world: int) -> tuple[nn.Module, torch.optim.Optimizer, Any, Dat
                                      DataLoader[Any]]:
     torch.manual_seed(0)
     model = TinyRegressor()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    # Two param groups as real recipes use (no decay and a different lr for biases): DeepSpeed
+    # must keep each group's settings, and the scheduler must move both.
+    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    biases = [p for n, p in model.named_parameters() if not n.endswith("weight")]
+    groups: list[dict[str, Any]] = [{"params": weights},
+                                    {"params": biases, "weight_decay": 0.0, "lr": LR / 2}]
+    optimizer = torch.optim.AdamW(groups, lr=LR, weight_decay=WEIGHT_DECAY)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.7)
     train = DataLoader(Pairs(STEPS_PER_EPOCH * BATCH * world, seed=1), batch_size=BATCH, shuffle=False)
     evaluation = DataLoader(Pairs(4 * BATCH * world, seed=2), batch_size=BATCH, shuffle=False)
@@ -119,7 +125,7 @@ def plain_reference(world: int, precision: str = "no", inject_overflow_step: int
     with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=half):
         preds = torch.cat([model(b["x"], b["labels"]).logits.float() for b in evaluation])
     return {"losses": torch.stack(losses), "eval": preds, "state_dict": model.state_dict(),
-            "lr": optimizer.param_groups[0]["lr"], "overflows": overflows}
+            "lr": [g["lr"] for g in optimizer.param_groups], "overflows": overflows}
 
 
 def mission_loop(accelerator: Any, model: Any, optimizer: Any, scheduler: Any, tr_data: Any,
@@ -155,7 +161,8 @@ def mission_loop(accelerator: Any, model: Any, optimizer: Any, scheduler: Any, t
     model.train()
     accelerator.wait_for_everyone()
     return {"losses": torch.stack(losses) if losses else torch.empty(0), "eval": torch.cat(preds),
-            "overflows": overflows, "loss_scales": loss_scales, "lr": optimizer.param_groups[0]["lr"]}
+            "overflows": overflows, "loss_scales": loss_scales,
+            "lr": [g["lr"] for g in optimizer.param_groups]}
 
 
 def build(stage: int, mixed_precision: str, **plugin_kwargs: Any) -> tuple[Any, ...]:
