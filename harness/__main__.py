@@ -20,6 +20,19 @@ def _selection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--matrix", type=Path, default=None, help="matrix file (default matrix/matrix.toml)")
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(
+            f"--timeout {text!r}: it is not a positive number of seconds. Valid: e.g. 30 or 120.5. "
+            "Fix: give the seconds one cell may take"
+        )
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -29,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     _selection_args(run)
     run.add_argument("--report-dir", type=Path, default=None, help="default reports/<env-name>")
     run.add_argument("--isolate", action="store_true", help="one launch per cell")
-    run.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS", help="per cell")
+    run.add_argument("--timeout", type=_seconds, default=120.0, metavar="SECONDS", help="per cell")
     again = run.add_mutually_exclusive_group()
     again.add_argument("--resume", type=Path, metavar="DIR", help="run only cells missing or failed in DIR")
     again.add_argument("--last-failed", action="store_true", help="--resume the report dir")
@@ -110,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt as exc:  # outside a run's own handling (e.g. while loading inputs)
+        print(f"interrupted ({exc or 'SIGINT'})", file=sys.stderr)
+        return 143 if str(exc) == "SIGTERM" else 130
     except Exception as exc:
         # Our own input errors (matrix, selection, goldens, report dir) carry full messages.
         if type(exc).__name__ in (

@@ -255,3 +255,10 @@ def test_fp16_deepspeed_on_cpu_without_emulation_is_refused_by_the_core(tmp_path
     assert (
         "UnsupportedPrecisionError" in message and "Valid:" in message and "--cpu-fp16-emulation" in message
     )
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon"])
+def test_timeout_must_be_positive_seconds(value: str) -> None:
+    done = run_harness("run", "--timeout", value)
+    assert done.returncode == EXIT_USAGE
+    assert_explained(done, f"--timeout '{value}'", "positive number of seconds")
