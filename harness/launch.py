@@ -41,11 +41,29 @@ class LaunchOutcome:
     not_started: list[Cell] = field(default_factory=list)
 
 
+# Runs first in the launcher process: ask Linux to SIGTERM it when the runner dies, even by
+# SIGKILL (PR_SET_PDEATHSIG survives the exec), then become torchrun. torchrun stops its ranks on
+# SIGTERM, and each rank also exits when its launcher goes. (A preexec_fn would do the same, but
+# is unsafe with the runner's launch threads.)
+_BOOTSTRAP = (
+    "import ctypes, os, runpy, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG\n"
+    "except (OSError, AttributeError):\n"
+    "    pass  # not Linux: atexit and signal cleanup still apply\n"
+    "if os.getppid() != int(sys.argv.pop(1)):\n"
+    "    sys.exit('harness launcher: the runner is gone')\n"
+    "sys.argv[0] = 'torch.distributed.run'\n"
+    "runpy.run_module('torch.distributed.run', run_name='__main__', alter_sys=True)\n"
+)
+
+
 def command(processes: int, run_dir: Path) -> list[str]:
     return [
         sys.executable,
-        "-m",
-        "torch.distributed.run",
+        "-c",
+        _BOOTSTRAP,
+        str(os.getpid()),
         "--standalone",
         f"--nproc-per-node={processes}",
         "--max-restarts=0",

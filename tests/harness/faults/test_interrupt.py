@@ -103,3 +103,18 @@ def test_signal_stops_every_rank_and_writes_the_partial_report(
         assert final["regression-cpu1-single-fp32"]["status"] == "passed"
         assert "interrupted" not in json.loads((report_dir / "report.json").read_text())["environment"]
         assert_no_leftovers(str(tmp_path))
+
+
+def test_sigkill_of_the_runner_still_leaves_no_process(tmp_path: Path) -> None:
+    """Nothing can be cleaned up by a runner killed with SIGKILL: the launcher gets SIGTERM from
+    the kernel (PR_SET_PDEATHSIG) and stops its ranks; each rank exits when its launcher goes."""
+    proc, _, report_dir = _start(tmp_path)
+    try:
+        _wait_for_hang(proc, report_dir)
+        assert len(processes_mentioning(str(tmp_path))) >= 3  # launcher + 2 ranks
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert_no_leftovers(str(tmp_path), wait_s=20)
