@@ -15,6 +15,8 @@ from harness.record import Record
 from harness.runner import RunOptions, launch_group_key, run_cells
 from tests.harness.runner_helpers import assert_no_leftovers
 
+pytestmark = pytest.mark.slow  # real torchrun launches: seconds each
+
 IDS = [
     "nosuchtask-cpu1-single-fp32",  # raises in the worker: `error`, and the group goes on afresh
     "canary_nan-cpu1-single-fp32",  # fails its comparison: the cell after it gets a fresh launch

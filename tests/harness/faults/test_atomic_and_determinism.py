@@ -89,6 +89,7 @@ def test_record_killed_mid_save_is_either_whole_or_refused(
     assert whole + refused == 6
 
 
+@pytest.mark.slow
 def test_same_cpu_fp32_cell_twice_is_bit_identical(tmp_path: Path) -> None:
     cell = Cell.from_id("regression-cpu2-ddp-fp32")
     first = tmp_path / "first"

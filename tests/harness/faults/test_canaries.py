@@ -5,10 +5,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from harness.cells import Cell
 from harness.outcome import Status
 from harness.runner import RunOptions, run_cells
 from tests.harness.runner_helpers import assert_no_leftovers, cells_by_id, run_harness, write_matrix
+
+pytestmark = pytest.mark.slow  # real torchrun launches: seconds each
 
 
 def test_crash_fails_its_cell_with_the_dying_ranks_tail_and_the_rest_runs_afresh(tmp_path: Path) -> None:

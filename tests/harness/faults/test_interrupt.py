@@ -24,6 +24,8 @@ from tests.harness.runner_helpers import (
     write_matrix,
 )
 
+pytestmark = pytest.mark.slow  # real torchrun launches: seconds each
+
 # regression cpu1, regression cpu2, then the hang: the run is stuck in its third cell, with two
 # finished, when the signal comes.
 SELECTION = "regression or canary_hang"
