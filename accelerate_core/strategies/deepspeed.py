@@ -92,6 +92,11 @@ class DeepSpeedStrategy(Strategy):
         self.process.init_process_group(backend)
         import deepspeed
 
+        if self._swap is None:  # once per strategy: the swap remembers what teardown restores
+            # Before DeepSpeed's comm layer starts, so it sees the accelerator of this device;
+            # fp16 on a CPU without native fp16 is refused here, at Accelerator(), unless opted in.
+            self._swap = select_accelerator(self.root_device, self.precision.mixed_precision,
+                                            self.plugin.cpu_fp16_emulation)
         # Wraps the existing torch group in deepspeed.comm (creates one only if none exists).
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
 
@@ -123,8 +128,6 @@ class DeepSpeedStrategy(Strategy):
                 )
             )
         self.setup_environment()
-        self._swap = select_accelerator(self.root_device, self.precision.mixed_precision,
-                                        self.plugin.cpu_fp16_emulation)
         self._monitor = ds_state.new_monitor_group()
         core = CoreValues(
             micro_batch_size=micro_batch_size,

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from accelerate_core.errors import UnsupportedPrecisionError, explain
+from accelerate_core.errors import UnsupportedObjectError, UnsupportedPrecisionError, explain
 
 
 def prepare_accelerator_choice(device: torch.device) -> None:
@@ -69,17 +69,23 @@ def select_accelerator(device: torch.device, mixed_precision: str, allow_emulati
     from deepspeed.accelerator import get_accelerator, set_accelerator
 
     current = get_accelerator()
+    if device.type == "cuda":
+        if current.device_name() == "cuda":
+            return AcceleratorSwap(previous=None, emulated=False)
+        # An earlier CPU run in this process (or DS_ACCELERATOR=cpu) chose the CPU accelerator.
+        from deepspeed.accelerator.cuda_accelerator import CUDA_Accelerator
+
+        set_accelerator(CUDA_Accelerator())
+        return AcceleratorSwap(previous=current, emulated=False)
     if device.type != "cpu":
-        if current.device_name() != device.type:
-            raise UnsupportedPrecisionError(
-                explain(
-                    f"a DeepSpeed run on device {device}",
-                    f"DeepSpeed's accelerator is {current.device_name()!r} in this process",
-                    "a DeepSpeed accelerator for the same device type",
-                    "unset DS_ACCELERATOR (or set it to the device type) before starting",
-                )
+        raise UnsupportedObjectError(
+            explain(
+                f"a DeepSpeed run on device {device}",
+                "the core runs DeepSpeed on CPU and CUDA only",
+                "cpu, cuda",
+                "use Accelerator(cpu=True) or a CUDA machine",
             )
-        return AcceleratorSwap(previous=None, emulated=False)
+        )
 
     from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 
