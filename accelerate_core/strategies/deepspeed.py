@@ -108,6 +108,15 @@ class DeepSpeedStrategy(Strategy):
         schedulers: Sequence[Any],
         micro_batch_size: int | None,
     ) -> tuple[list[nn.Module], list[Any], list[Any]]:
+        if self.engine is not None:
+            raise UnsupportedObjectError(
+                explain(
+                    "a second prepare() with a model, optimizer or scheduler under DeepSpeed",
+                    "the DeepSpeed engine is built once, from the model and optimizer together",
+                    "one prepare() call holding the model, its optimizer (and scheduler)",
+                    "pass them all to a single accelerator.prepare(...) call",
+                )
+            )
         if len(models) != 1 or len(optimizers) > 1:
             raise UnsupportedObjectError(
                 explain(
@@ -138,6 +147,15 @@ class DeepSpeedStrategy(Strategy):
             client_scheduler=bool(schedulers),
         )
         self.config = build_config(self.plugin, core)
+        if not optimizers and "optimizer" not in self.config:
+            raise UnsupportedObjectError(
+                explain(
+                    "prepare() under DeepSpeed without an optimizer",
+                    "the engine needs one for backward and step, and the DeepSpeed config names none",
+                    "a torch optimizer passed to prepare(), or an 'optimizer' block in the config",
+                    "pass your optimizer to accelerator.prepare(model, optimizer, dataloader)",
+                )
+            )
 
         import deepspeed
 

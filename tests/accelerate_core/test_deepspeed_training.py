@@ -66,7 +66,7 @@ TWO_RANK_CHECKS = (
     [f"train:{s}:no" for s in STAGES] + [f"train:{s}:bf16" for s in STAGES]
     + [f"fp16:{s}" for s in STAGES] + [f"resume:{s}" for s in STAGES]
     + [f"clip:{s}" for s in CLIP_STAGES] + ["clipcall:2"] + [f"offload:{s}" for s in OFFLOAD_STAGES]
-    + ["fp16_refused", "misuse:3"]  # misuse last: it waits out its 3 s timeout
+    + ["prepare_errors", "fp16_refused", "misuse:3"]  # misuse last: it waits out its 3 s timeout
 )
 ONE_RANK_CHECKS = [f"train:{s}:no" for s in STAGES]
 
@@ -214,6 +214,19 @@ def test_get_state_dict_on_main_process_only_is_explained_not_a_hang(two_ranks: 
     assert record["raised"] == "CollectiveMisuseError"
     assert "every rank" in record["message"] and "Fix:" in record["message"]
     assert "is_main_process" in record["message"]
+
+
+def test_wrong_prepare_calls_are_explained(two_ranks: Path) -> None:
+    record = load(two_ranks, "prepare_errors")
+    assert record["twice"].startswith("UnsupportedObjectError")
+    assert "single accelerator.prepare" in record["twice"]
+    assert record["no_optimizer"].startswith("UnsupportedObjectError")
+    assert "without an optimizer" in record["no_optimizer"]
+    # One error naming every user key that disagrees with the core.
+    conflicts = record["conflicts"]
+    assert conflicts.startswith("ConflictingSettingsError") and "3 key(s)" in conflicts
+    for key in ("train_micro_batch_size_per_gpu", "optimizer:", "zero_optimization.stage"):
+        assert key in conflicts
 
 
 @pytest.mark.fp16

@@ -238,6 +238,37 @@ def check_misuse(stage: int) -> dict[str, Any]:
     return record
 
 
+def check_prepare_errors() -> dict[str, Any]:
+    """Wrong uses of prepare() under DeepSpeed give the explained errors, on every rank alike."""
+    from accelerate_core import Accelerator, DeepSpeedPlugin
+    from accelerate_core.errors import AccelerateCoreError
+
+    def attempt(plugin: Any, prepare: Any) -> str:
+        accelerator = Accelerator(cpu=True, gradient_accumulation_steps=GAS, deepspeed_plugin=plugin)
+        model, optimizer, _, train, _ = make_objects(accelerator.num_processes)
+        try:
+            prepare(accelerator, model, optimizer, train)
+            return "no error"
+        except AccelerateCoreError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            accelerator.free_memory()
+
+    def twice(acc: Any, model: Any, optimizer: Any, train: Any) -> None:
+        acc.prepare(model, optimizer, train)
+        acc.prepare(TinyRegressor())
+
+    user_config = {"train_micro_batch_size_per_gpu": 99, "optimizer": {"type": "Adam"},
+                   "zero_optimization": {"stage": 1}}
+    return {
+        "twice": attempt(DeepSpeedPlugin(zero_stage=2), twice),
+        "no_optimizer": attempt(DeepSpeedPlugin(zero_stage=2),
+                                lambda acc, model, optimizer, train: acc.prepare(model, train)),
+        "conflicts": attempt(DeepSpeedPlugin(zero_stage=3, config=user_config),
+                             lambda acc, model, optimizer, train: acc.prepare(model, optimizer, train)),
+    }
+
+
 def check_fp16_refused() -> dict[str, Any]:
     """Without the opt-in, fp16 on a CPU lacking native fp16 is a specific error."""
     from accelerate_core.errors import UnsupportedPrecisionError
@@ -276,6 +307,8 @@ def main() -> None:
             record = check_resume(int(params[0]), args.out)
         elif kind == "misuse":
             record = check_misuse(int(params[0]))
+        elif kind == "prepare_errors":
+            record = check_prepare_errors()
         elif kind == "fp16_refused":
             record = check_fp16_refused()
         else:
