@@ -12,6 +12,7 @@ import argparse
 import os
 import socket
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ _VALUE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--main-process-ip", "main_process_ip", "HOST",
      "Address of machine 0 (torchrun's --master-addr). Default with one machine: 127.0.0.1."),
     ("--main-process-port", "main_process_port", "PORT",
-     f"Port on machine 0 (torchrun's --master-port). Default: a free port with one machine, "
+     f"Port on machine 0 (torchrun's --master-port). Default: a free one with one machine, "
      f"{DEFAULT_MULTI_NODE_PORT} with several."),
     ("--mixed-precision", "mixed_precision", "{" + ",".join(MIXED_PRECISIONS) + "}", "Mixed precision mode."),
     ("--zero-stage", "zero_stage", "{0,1,2,3}", "DeepSpeed ZeRO stage (with --backend deepspeed)."),
@@ -78,8 +79,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "Start SCRIPT with its arguments on the processes the config file and flags ask for. "
             "One process runs the script directly; several run through `python -m "
-            "torch.distributed.run` (static rendezvous on 127.0.0.1 and a free port, or on "
-            "--main-process-ip with several machines). Flags override the config file. Exit status: "
+            "torch.distributed.run` (on one machine: a rendezvous on 127.0.0.1 and a port the kernel "
+            "picks; with several: a static rendezvous at --main-process-ip:--main-process-port). "
+            "Flags override the config file. Exit status: "
             "the script's (the first failing rank's when several run); 128+N when stopped by signal N."
         ),
         epilog=("Config file: --config-file, else $ACCELERATE_CORE_CONFIG_FILE, else "
@@ -171,15 +173,27 @@ def plan(args: argparse.Namespace) -> LaunchPlan:
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         command = [sys.executable, str(script), *script_args]
     else:
-        many = config.num_machines > 1
-        addr = config.main_process_ip if many else (config.main_process_ip or "127.0.0.1")
-        port = config.main_process_port or (DEFAULT_MULTI_NODE_PORT if many else free_port())
-        command = [sys.executable, "-m", _TORCHRUN_ENTRY,
-                   "--nnodes", str(config.num_machines), "--node-rank", str(config.machine_rank),
+        command = [sys.executable, "-m", _TORCHRUN_ENTRY, *rendezvous_arguments(config),
                    "--nproc-per-node", str(config.processes_per_machine),
-                   "--rdzv-backend", "static", "--master-addr", str(addr), "--master-port", str(port),
                    "--max-restarts", "0", str(script), *script_args]
     return LaunchPlan(config=config, settings=settings, command=command, env_updates=env)
+
+
+def rendezvous_arguments(config: LaunchConfig) -> list[str]:
+    """How torchrun's agents meet.
+
+    One machine, no port given: what `torchrun --standalone` does, a c10d rendezvous whose store
+    binds port 0 on loopback, so the kernel picks a free port at bind time (a port probed free
+    earlier can be taken by another process before torchrun binds it). Otherwise a static
+    rendezvous at main_process_ip:main_process_port, which every machine must be given alike.
+    """
+    if config.num_machines == 1 and config.main_process_port is None:
+        return ["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0",
+                "--rdzv-id", uuid.uuid4().hex]
+    addr = config.main_process_ip or "127.0.0.1"
+    port = config.main_process_port or DEFAULT_MULTI_NODE_PORT
+    return ["--nnodes", str(config.num_machines), "--node-rank", str(config.machine_rank),
+            "--rdzv-backend", "static", "--master-addr", addr, "--master-port", str(port)]
 
 
 def free_port() -> int:

@@ -96,7 +96,8 @@ def test_two_processes_get_ranks_and_the_launch_settings(tmp_path: Path) -> None
     assert result.returncode == 0, describe(result)
     for rank in (0, 1):
         seen = json.loads((tmp_path / f"out.rank{rank}.json").read_text())["env"]
-        assert (seen["RANK"], seen["WORLD_SIZE"], seen["MASTER_ADDR"]) == (str(rank), "2", "127.0.0.1")
+        assert (seen["RANK"], seen["WORLD_SIZE"]) == (str(rank), "2")
+        assert seen["MASTER_ADDR"] in ("localhost", "127.0.0.1")  # the loopback rendezvous
         assert seen["ACCELERATE_CORE_BACKEND"] == "ddp" and seen["ACCELERATE_CORE_CPU"] == "1"
 
 
@@ -204,3 +205,37 @@ def test_a_launcher_killed_outright_still_takes_every_rank_down(tmp_path: Path) 
     finally:
         kill_marked(marker)
     assert leftovers == []
+
+
+@pytest.mark.ddp
+@pytest.mark.slow
+def test_two_machines_on_loopback_meet_through_the_multi_node_flags(tmp_path: Path) -> None:
+    from accelerate_core.commands.launch import free_port
+
+    port = str(free_port())
+    env = cli_environ(tmp_path / "cfg")
+    machines = [
+        subprocess.Popen(
+            [*CLI, "launch", "--cpu", "--backend", "ddp", "--num-processes", "2", "--num-machines", "2",
+             "--machine-rank", str(rank), "--main-process-ip", "127.0.0.1", "--main-process-port", port,
+             str(SCRIPTS / "show_env.py"), str(tmp_path / "out")],
+            env=env, cwd=str(REPO_ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for rank in (0, 1)
+    ]
+    outputs = []
+    try:
+        for machine in machines:
+            outputs.append(machine.communicate(timeout=120)[0])
+    finally:
+        for machine in machines:
+            if machine.poll() is None:
+                machine.kill()
+    assert [m.returncode for m in machines] == [0, 0], "\n".join(outputs)
+    # Global ranks 0 and 1 of one world of 2 were handed out across the two agents: they met at
+    # the rendezvous the flags named. (The ranks' own process group is not set up here: with a
+    # gloo group, about one run in five on this shared machine ended with rank 0 aborting in a
+    # TCPStore call during shutdown, inside torch's elastic agent/store, not the launcher.)
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"out.rank{rank}.json").read_text())["env"]
+        assert (seen["RANK"], seen["WORLD_SIZE"], seen["LOCAL_RANK"]) == (str(rank), "2", "0")
+        assert (seen["MASTER_ADDR"], seen["MASTER_PORT"]) == ("127.0.0.1", port)

@@ -101,7 +101,7 @@ def test_without_config_several_processes_mean_ddp_and_only_flags_are_passed(tmp
     env = dry_run(tmp_path, ["--num-processes", "2"])
     passed = {k: v for k, v in env.items() if k.startswith("ACCELERATE_CORE_")}
     assert passed == {"ACCELERATE_CORE_BACKEND": "ddp"}
-    assert "torchrun_entry" in env["command"] and "--master-addr 127.0.0.1" in env["command"]
+    assert "torchrun_entry" in env["command"] and "--rdzv-endpoint 127.0.0.1:0" in env["command"]
 
 
 def test_multi_node_flags_reach_the_rendezvous(tmp_path: Path) -> None:
