@@ -30,6 +30,7 @@ from accelerate_core.strategies.deepspeed_accel import (
     select_accelerator,
 )
 from accelerate_core.strategies.deepspeed_config import CoreValues, build_config
+from accelerate_core.strategies.deepspeed_outputs import expose_dataclass_outputs
 
 if TYPE_CHECKING:
     from accelerate_core.state import ProcessState
@@ -68,6 +69,7 @@ class DeepSpeedStrategy(Strategy):
         self._swap: AcceleratorSwap | None = None
         self._monitor: Any = None
         self._input_hook: Any = None
+        self._output_hooks: list[Any] = []
         self._clip_for_next_step = False
 
     # -- environment ------------------------------------------------------------------------
@@ -171,6 +173,9 @@ class DeepSpeedStrategy(Strategy):
         )
         self.engine = engine
         self.precision.attach(engine)
+        if self.zero_stage == 3:
+            # ZeRO-3 cannot see into dataclass outputs when it hooks backward (deepspeed_outputs).
+            self._output_hooks = expose_dataclass_outputs(engine.module)
         if self.precision.is_half:
             # fp32 batches from an ordinary dataloader meet a half-precision model.
             self._input_hook = engine.module.register_forward_pre_hook(self._cast_inputs, with_kwargs=True)
@@ -262,6 +267,9 @@ class DeepSpeedStrategy(Strategy):
         if self._input_hook is not None:
             self._input_hook.remove()
             self._input_hook = None
+        for handle in self._output_hooks:
+            handle.remove()
+        self._output_hooks = []
         if self.engine is not None:
             self.engine.destroy()
             self.engine = None
