@@ -98,7 +98,7 @@ def check_writable(report_dir: Path) -> None:
         ) from None
 
 
-def load_previous(resume_dir: Path) -> dict[str, CellResult]:
+def load_previous(resume_dir: Path, flag: str = "--resume") -> dict[str, CellResult]:
     path = resume_dir / "report.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -106,7 +106,7 @@ def load_previous(resume_dir: Path) -> dict[str, CellResult]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise _usage(
             explain(
-                f"--resume {str(resume_dir)!r}",
+                f"{flag} {str(resume_dir)!r}",
                 f"{path} is missing or unreadable ({exc})",
                 "a report dir of an earlier run (it holds report.json)",
                 "run without --resume, or point it at that run's --report-dir",
@@ -137,7 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     kept: dict[str, CellResult] = {}
     if resume_dir is not None:
-        previous = load_previous(resume_dir)
+        previous = load_previous(resume_dir, "--last-failed (report dir)" if args.last_failed else "--resume")
         kept = {
             c.id: previous[c.id]
             for c in cells
