@@ -204,6 +204,11 @@ class Accelerator:
         path = Path(directory)
         if self.is_main_process:
             path.mkdir(parents=True, exist_ok=True)
+        # A strategy that detects a call on some ranks only (DeepSpeed) checks before the plain
+        # barrier below, which would otherwise hang instead of raising CollectiveMisuseError.
+        check_arrival = getattr(self._strategy, "check_every_rank_arrives", None)
+        if check_arrival is not None:
+            check_arrival("accelerator.save_state(dir)")
         self.wait_for_everyone()
         extra = {"dataloader_epochs": [d.epoch for d in self._dataloaders]}
         self._strategy.save_state(path, self._models, [o.optimizer for o in self._optimizers],

@@ -14,11 +14,25 @@ gradients and their accumulation over micro-batches, in fp16, where amp keeps fp
 Values differ by fp16 rounding of gradients (measured on CPU: ~2.5e-4 on weights), and a large
 gradient x loss scale overflows earlier than under amp, so such a run may skip a step amp would
 not. The skipped steps are reported (optimizer.is_overflow), never hidden.
+
+Floating buffers. DeepSpeed 0.19 casts the parameters to fp16/bf16 but keeps buffers in their
+own dtype (fp32; its `data_types.buffer_dtype` option would cast them). Alone, a model whose
+forward feeds an fp32 buffer into a matmul with half activations then fails with a dtype
+mismatch ("expected both ... same dtype"), and an fp32 buffer added to half activations silently
+promotes them to fp32. The reference here is torch.autocast (the amp golden): buffers stay fp32,
+matmul-like ops cast their operands to the half dtype, element-wise ops promote, and losses and
+reductions on autocast's fp32 list run in fp32. Casting the buffers (buffer_dtype) would differ
+from that: buffers rounded to half precision for good (running statistics accumulating in bf16)
+and element-wise results in half. So buffers keep their dtype and the engine's forward runs under
+torch.autocast of the engine dtype (`uses_autocast`; the strategy wraps the engine's forward):
+with the weights already half, autocast changes nothing for them, and the buffers and ops behave
+as in the reference. Tested in tests/accelerate_core/test_deepspeed_reconcile.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -55,6 +69,7 @@ class DeepSpeedPrecision(Precision):
             )
         self.mixed_precision = mixed_precision
         self._engine: Any = None  # set by the strategy once the engine exists
+        self.device_type = "cpu"  # the strategy sets the engine's device type (autocast needs it)
 
     def attach(self, engine: Any) -> None:
         """The engine whose loss scale `loss_scale` reports (None: detached at teardown)."""
@@ -76,6 +91,16 @@ class DeepSpeedPrecision(Precision):
     @property
     def is_half(self) -> bool:
         return self.mixed_precision != "no"
+
+    @property
+    def uses_autocast(self) -> bool:
+        return self.is_half
+
+    def autocast(self) -> AbstractContextManager[Any]:
+        """torch.autocast of the engine dtype (see the module docstring: floating buffers)."""
+        if not self.is_half:
+            return nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
 
     def config_block(self) -> dict[str, Any]:
         """The precision keys of the DeepSpeed config (merged with the user's by the strategy)."""

@@ -21,6 +21,7 @@ from torch import nn
 from accelerate_core.deepspeed_plugin import DeepSpeedPlugin
 from accelerate_core.errors import ConflictingSettingsError, UnsupportedObjectError, explain
 from accelerate_core.imports import require_deepspeed
+from accelerate_core.precision.base import unwrap_forward
 from accelerate_core.precision.deepspeed import DeepSpeedPrecision
 from accelerate_core.strategies import deepspeed_state as ds_state
 from accelerate_core.strategies.base import Strategy
@@ -179,6 +180,9 @@ class DeepSpeedStrategy(Strategy):
         if self.precision.is_half:
             # fp32 batches from an ordinary dataloader meet a half-precision model.
             self._input_hook = engine.module.register_forward_pre_hook(self._cast_inputs, with_kwargs=True)
+            # fp32 buffers meet half activations as under torch.autocast (precision/deepspeed.py).
+            self.precision.device_type = self.root_device.type
+            self.precision.wrap_forward(engine)
         return [engine], [optimizer] if optimizers else [], list(schedulers)
 
     def _cast_inputs(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -246,11 +250,16 @@ class DeepSpeedStrategy(Strategy):
                                           self.plugin.collective_timeout_s)
         return ds_state.consolidated_state_dict(engine)
 
+    def check_every_rank_arrives(self, what: str) -> None:
+        """CollectiveMisuseError (not a hang) when `what` runs on some ranks only; Accelerator
+        calls it before its own barriers. Nothing to check before prepare() made the group."""
+        if self._monitor is not None:
+            ds_state.check_every_rank_arrives(what, self._monitor, self.plugin.collective_timeout_s)
+
     def save_state(self, directory: Path, models: Sequence[nn.Module], optimizers: Sequence[Any],
                    schedulers: Sequence[Any], extra: dict[str, Any]) -> None:
         engine = self._engine("save_state")
-        ds_state.check_every_rank_arrives("accelerator.save_state(dir)", self._monitor,
-                                          self.plugin.collective_timeout_s)
+        self.check_every_rank_arrives("accelerator.save_state(dir)")  # also when called directly
         client_state = {"extra": extra, "schedulers": [s.state_dict() for s in schedulers]}
         ds_state.save_checkpoint(engine, Path(directory), client_state)
 
@@ -271,6 +280,7 @@ class DeepSpeedStrategy(Strategy):
             handle.remove()
         self._output_hooks = []
         if self.engine is not None:
+            unwrap_forward(self.engine)
             self.engine.destroy()
             self.engine = None
             self.precision.attach(None)

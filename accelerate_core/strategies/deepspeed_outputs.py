@@ -43,7 +43,8 @@ def _is_instance(value: Any) -> bool:
 def to_dicts(value: Any) -> Any:
     """Dataclass instances (at any depth in dataclasses, lists, tuples, dicts) -> _FieldsDict."""
     if _is_instance(value):
-        return _FieldsDict(value, {f.name: to_dicts(getattr(value, f.name)) for f in dataclasses.fields(value)})
+        fields = {f.name: to_dicts(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return _FieldsDict(value, fields)
     if isinstance(value, dict) and not isinstance(value, _FieldsDict):
         converted = {k: to_dicts(v) for k, v in value.items()}
         if any(converted[k] is not value[k] for k in value):

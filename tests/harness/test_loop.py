@@ -121,8 +121,8 @@ def test_the_deepspeed_failures_the_harness_found_are_still_there(tmp_path: Path
     dataclass outputs to ZeRO-3's hooks), scalar still fails (a declared expected failure). When
     DeepSpeed alone stops failing, the reconciliation or the matrix's expected failure is stale."""
     alone_out = tmp_path / "alone.jsonl"
-    run_distributed(ALONE_SCRIPT, 2, ["--tasks", "scalar,root_param", "--stages", "2,3", "--out", str(alone_out)],
-                    timeout=240)
+    run_distributed(ALONE_SCRIPT, 2,
+                    ["--tasks", "scalar,root_param", "--stages", "2,3", "--out", str(alone_out)], timeout=240)
     alone = {(e["task"], e["stage"]): e for e in map(json.loads, alone_out.read_text().splitlines())}
     assert set(alone) == {(t, s) for t in ("scalar", "root_param") for s in (2, 3)}
     assert alone[("root_param", 2)]["ok"], alone
@@ -137,7 +137,7 @@ def test_the_deepspeed_failures_the_harness_found_are_still_there(tmp_path: Path
     for entry in results:
         by_cell.setdefault((entry["task"], entry["strategy"]), []).append(entry)
     assert set(by_cell) == {(t, s) for t in ("scalar", "root_param") for s in ("zero2", "zero3")}
-    for (task, strategy), entries in by_cell.items():
+    for (task, _strategy), entries in by_cell.items():
         if task == "root_param":  # the core's run matches the golden where DeepSpeed alone fails
             assert [e["ok"] for e in entries] == [True], entries
             continue
