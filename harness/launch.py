@@ -204,5 +204,3 @@ def _on_exit(
         outcome.broken_status = "error"
         outcome.detail = error_text
     outcome.broken_cell = running.id
-
-
