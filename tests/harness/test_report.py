@@ -21,6 +21,7 @@ from harness.report import Progress, print_summary, write_reports
 from harness.report import writer as writer_module
 from harness.report.svg import loss_curve_svg
 from harness.report.terminal import summary_rows
+from harness.report.text import comparison_line
 from harness.report.writer import ReportDirError
 
 ENV = {"name": "testenv", "python": "3.11", "torch": "2.13.0", "deepspeed": "not installed", "cpu_count": 2}
@@ -293,3 +294,11 @@ def test_summary_folds_many_passed_and_same_reason_skips_but_never_problems() ->
     ]
     assert rows[-1].duration_s == 5.0
     assert len(summary_rows(passed + no_gpu + no_ds + failed, full=True)) == 16
+
+
+def test_comparison_line_keeps_small_shares_of_the_tolerance_visible() -> None:
+    line = comparison_line(Comparison("losses", True, 1e-4, 1e-5, 0.02, 1e-3, tolerance_used=0.0031))
+    assert "0.31% of tolerance used" in line
+    assert "25000% of tolerance used" in comparison_line(
+        Comparison("losses", False, 0.25, 0.5, 1e-5, 1e-3, "step 3", tolerance_used=250.0)
+    )
