@@ -30,6 +30,7 @@ from accelerate_core.strategies.deepspeed_accel import (
     prepare_accelerator_choice,
     select_accelerator,
 )
+from accelerate_core.strategies.deepspeed_compat import zero_dim_safe_initialize
 from accelerate_core.strategies.deepspeed_config import CoreValues, build_config
 from accelerate_core.strategies.deepspeed_outputs import expose_dataclass_outputs
 
@@ -165,13 +166,14 @@ class DeepSpeedStrategy(Strategy):
         model = models[0].to(self.root_device)
         # The user's scheduler is NOT handed to the engine: the user's loop steps it itself
         # (skipping overflowed steps), and the engine would step it a second time.
-        engine, optimizer, _, _ = deepspeed.initialize(
-            model=model,
-            optimizer=optimizers[0] if optimizers else None,
-            model_parameters=None if optimizers else list(model.parameters()),
-            config=self.config,
-            dist_init_required=False,
-        )
+        with zero_dim_safe_initialize(model):  # DeepSpeed's start-up broadcast and 0-dim params
+            engine, optimizer, _, _ = deepspeed.initialize(
+                model=model,
+                optimizer=optimizers[0] if optimizers else None,
+                model_parameters=None if optimizers else list(model.parameters()),
+                config=self.config,
+                dist_init_required=False,
+            )
         self.engine = engine
         self.precision.attach(engine)
         if self.zero_stage == 3:

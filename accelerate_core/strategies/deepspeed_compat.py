@@ -1,0 +1,93 @@
+"""0-dim parameters through deepspeed.initialize (DeepSpeed 0.19.8).
+
+The engine broadcasts rank 0's weights at start-up (DeepSpeedEngine._broadcast_model) as
+`dist.broadcast(p.data.view(torch.uint8), ...)`, which torch refuses for a 0-dim tensor ("self.dim()
+cannot be 0 to view Float as Byte"), so any model with a scalar parameter (a learnt temperature,
+a gate) fails to initialize under every ZeRO stage, reproduced with DeepSpeed alone. The rest of
+ZeRO (flattening, partitioning, the optimizer step) handles such parameters.
+
+The reconciliation keeps DeepSpeed's own broadcast (its groups, MoE handling, replicated-only
+rule) and changes nothing the user sees: only during that one method, each 0-dim parameter's
+`.data` is a 1-element view of the SAME storage, so DeepSpeed's in-place broadcast lands in the
+parameter; the 0-dim tensor is put back before the method returns, before ZeRO flattens anything.
+When a DeepSpeed version lacks the method, nothing is patched and its own behaviour shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+_LOCK = threading.Lock()  # the patch is on the class: one initialize at a time
+
+
+def has_zero_dim_parameters(model: nn.Module) -> bool:
+    return any(p.dim() == 0 for p in model.parameters())
+
+
+def _broadcast_with_zero_dim_views(original: Callable[[Any], None]) -> Callable[[Any], None]:
+    @functools.wraps(original)
+    def broadcast_model(engine: Any) -> None:
+        scalars = [p for p in engine.module.parameters() if p.dim() == 0]
+        saved = [p.data for p in scalars]
+        try:
+            for param, data in zip(scalars, saved, strict=True):
+                param.data = data.view(1)  # same storage: the broadcast writes the parameter
+            original(engine)
+        finally:
+            for param, data in zip(scalars, saved, strict=True):
+                param.data = data
+    return broadcast_model
+
+
+def _zero3_init_with_zero_dim_views(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """ZeRO-3's Init._zero_init_param: convert, broadcast from the group's first rank, partition.
+    For a 0-dim parameter the same three steps, the broadcast through a 1-element view (the
+    conversion must see the true shape first: it records ds_shape for every later gather)."""
+    @functools.wraps(original)
+    def zero_init_param(init: Any, param: Any) -> None:
+        if param.dim() != 0:
+            original(init, param)
+            return
+        from deepspeed import comm
+
+        init._convert_to_deepspeed_param(param)
+        group = init.get_partition_dp_group(param)
+        source = 0 if comm.get_world_group() == group else comm.get_global_rank(group, 0)
+        comm.broadcast(param.data.view(1).view(torch.uint8), source, group)
+        param.partition()
+    return zero_init_param
+
+
+@contextlib.contextmanager
+def _patched(owner: type, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+    original = owner.__dict__.get(name)
+    if original is None:  # another DeepSpeed version: leave it alone, its behaviour shows
+        yield
+        return
+    setattr(owner, name, wrap(original))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+@contextlib.contextmanager
+def zero_dim_safe_initialize(model: nn.Module) -> Iterator[None]:
+    """Around deepspeed.initialize(model=...): the start-up broadcasts (every stage's engine, and
+    ZeRO-3's parameter conversion) accept 0-dim parameters. A no-op for models without them."""
+    if not has_zero_dim_parameters(model):
+        yield
+        return
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.runtime.zero.partition_parameters import Init
+
+    with _LOCK, _patched(DeepSpeedEngine, "_broadcast_model", _broadcast_with_zero_dim_views), \
+            _patched(Init, "_zero_init_param", _zero3_init_with_zero_dim_views):
+        yield
