@@ -8,6 +8,9 @@ plain-PyTorch loop (`plain_reference`, no accelerate_core).
 - fp32 buffers in a bf16 engine behave as under torch.autocast (the amp reference): a buffer in a
   matmul no longer fails, buffers stay fp32 and unchanged, and training matches the autocast
   reference within the documented bf16 tolerance (5e-2, as in test_deepspeed_training.py).
+- 0-dim parameters under ZeRO 1-3 (DeepSpeed alone: "self.dim() cannot be 0 to view Float as
+  Byte" in deepspeed.initialize, reproduced by tests/harness/test_loop.py) are broadcast from
+  rank 0 and train like plain PyTorch, keeping their 0-dim shape for the user and in the state dict.
 - save_state called on the main process only raises CollectiveMisuseError instead of hanging.
 """
 
@@ -33,7 +36,8 @@ pytestmark = [
 ]
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "deepspeed_reconcile.py"
-CHECKS = ["rootparam:3", "buffer:2:bf16", "buffer:3:bf16", "savestate_misuse:3"]  # misuse last: 3 s wait
+CHECKS = ["rootparam:3", "buffer:2:bf16", "buffer:3:bf16", "scalar:1", "scalar:2", "scalar:3",
+          "savestate_misuse:3"]  # misuse last: it waits out its 3 s timeout
 FP32 = (1.3e-6, 1e-5)  # (rtol, atol): torch.testing's fp32 default
 BF16 = (5e-2, 5e-2)
 
@@ -87,6 +91,17 @@ def test_fp32_buffers_in_a_bf16_engine_behave_as_under_autocast(records: Path, s
         assert torch.equal(record["state_dict"][name], ref["state_dict"][name])
     # The engine really computed in bf16: its losses are not the fp32 ones.
     assert (record["losses"] - plain_reference("buffer", 2)["losses"]).abs().max() > 1e-5
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_dim_parameters_are_broadcast_and_train_like_plain_pytorch(records: Path, stage: int) -> None:
+    record = load(records, f"scalar:{stage}")
+    # The shapes the user sees after prepare() and after training: a and b stay 0-dim.
+    assert record["shapes"] == [[(), (), (1, 5), (1,)]] * 2
+    # Rank 1 started from other values: matching the reference means rank 0's reached it.
+    ref = plain_reference("scalar", 2)
+    assert_matches(record, ref, FP32)
+    assert record["state_dict"]["a"].shape == torch.Size([])
 
 
 def test_save_state_on_main_process_only_is_explained_not_a_hang(records: Path) -> None:

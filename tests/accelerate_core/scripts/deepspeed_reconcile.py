@@ -4,6 +4,8 @@ the core reconciles it (test_deepspeed_reconcile.py compares the records with pl
 - rootparam:3   a parameter owned by the root module, nested-dataclass output, ZeRO-3 fp32;
 - buffer:S:bf16 fp32 buffers used in a matmul and an add with bf16 activations (ZeRO-S), and the
                 same forward without the core's autocast (DeepSpeed alone: a dtype error);
+- scalar:S      0-dim parameters under ZeRO-S (DeepSpeed alone fails in its start-up broadcast);
+                rank 1 starts from other values, so rank 0's must reach it through that broadcast;
 - savestate_misuse:3  save_state on the main process only: CollectiveMisuseError, not a hang.
 
     deepspeed_reconcile.py --out DIR --checks rootparam:3,buffer:2:bf16,savestate_misuse:3
@@ -65,7 +67,19 @@ class WithBuffers(nn.Module):
         return Out(loss=nn.functional.mse_loss(logits, y), logits=logits, inner=Inner(hidden))
 
 
-MODELS = {"rootparam": RootOwned, "buffer": WithBuffers}
+class Scalars(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.tensor(0.3))  # 0-dim, as in HF accelerate's RegressionModel
+        self.b = nn.Parameter(torch.tensor(-0.2))
+        self.proj = nn.Linear(5, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> Out:
+        logits = self.a * self.proj(x).squeeze(-1) + self.b
+        return Out(loss=nn.functional.mse_loss(logits, y), logits=logits, inner=Inner(logits))
+
+
+MODELS = {"rootparam": RootOwned, "buffer": WithBuffers, "scalar": Scalars}
 
 
 def make(kind: str, world: int) -> tuple[nn.Module, torch.optim.Optimizer, TensorDataset]:
@@ -101,10 +115,16 @@ def check_train(kind: str, stage: int, precision: str) -> dict[str, Any]:
     accelerator = Accelerator(cpu=True, mixed_precision=precision,
                               deepspeed_plugin=DeepSpeedPlugin(zero_stage=stage))
     model, optimizer, data = make(kind, accelerator.num_processes)
+    if kind == "scalar" and accelerator.process_index != 0:
+        with torch.no_grad():  # only DeepSpeed's start-up broadcast can make the ranks agree
+            for param in model.parameters():
+                param.add_(1.0)
     loader = DataLoader(data, batch_size=BATCH, shuffle=False,
                         collate_fn=lambda rows: {"x": torch.stack([r[0] for r in rows]),
                                                  "y": torch.stack([r[1] for r in rows])})
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    user_model = accelerator.unwrap_model(model)
+    shapes = [tuple(getattr(p, "ds_shape", p.shape)) for p in user_model.parameters()]
     losses, output_types = [], set()
     for batch in loader:
         output = model(**batch)
@@ -114,6 +134,8 @@ def check_train(kind: str, stage: int, precision: str) -> dict[str, Any]:
         optimizer.zero_grad()
         losses.append(accelerator.gather(output.loss.detach().float().reshape(1)))
     record: dict[str, Any] = {"losses": torch.stack(losses), "output_types": sorted(output_types),
+                              "shapes": [shapes, [tuple(getattr(p, "ds_shape", p.shape))
+                                                  for p in user_model.parameters()]],
                               "state_dict": accelerator.get_state_dict(model)}
     if precision != "no":  # the same forward without the core's autocast: DeepSpeed alone
         from accelerate_core.precision.base import unwrap_forward
