@@ -48,9 +48,10 @@ def check_every_rank_arrives(what: str, group: Any, timeout_s: float) -> None:
                 f"not every rank called it within {timeout_s:g} s ({str(exc).splitlines()[0]})",
                 "calling it on every rank at the same point of the program (after this error, this "
                 "Accelerator's collectives are unusable: end the run or free_memory() on every rank)",
-                f"call {what} outside `if accelerator.is_main_process:` and only save the result on "
-                "the main process, e.g. `sd = accelerator.get_state_dict(model)` then "
-                "`accelerator.save(sd, path)`",
+                f"call {what} outside `if accelerator.is_main_process:`"
+                + (" and only save the result on the main process, e.g. `sd = "
+                   "accelerator.get_state_dict(model)` then `accelerator.save(sd, path)`"
+                   if "get_state_dict" in what else " (every rank writes its own part)"),
             )
         ) from exc
 

@@ -107,4 +107,6 @@ def test_zero_dim_parameters_are_broadcast_and_train_like_plain_pytorch(records:
 def test_save_state_on_main_process_only_is_explained_not_a_hang(records: Path) -> None:
     record = load(records, "savestate_misuse:3")
     assert record["raised"] == "CollectiveMisuseError"
-    assert "accelerator.save_state(dir)" in record["message"] and "every rank" in record["message"]
+    message = record["message"]
+    assert "accelerator.save_state(dir)" in message and "every rank" in message
+    assert "Fix:" in message and "is_main_process" in message and "get_state_dict" not in message
