@@ -5,7 +5,18 @@ outside its choices or a pair of settings that contradict each other is a Config
 names the file, the key, the valid values and the fix. The launcher turns a LaunchConfig into a
 LaunchSettings (launch_env.py), the only way settings reach `Accelerator()`.
 
-Version history: 1 is the first format. A file without `version`, or with a version this code
+A value may be null: unset. Launch then passes nothing for it, so the script's own
+`Accelerator(...)` arguments decide (else the built-in default); a value that is set is binding,
+and an `Accelerator(...)` argument contradicting it is an error. `accelerate-core config
+--default` leaves unset what only a script should decide (mixed precision, gradient
+accumulation, the backend, and the device on a CUDA machine), so `Accelerator(fp16=True)` runs
+under it.
+
+Version history: 1 is the first format. Null for backend, cpu, mixed_precision,
+gradient_accumulation_steps and the DeepSpeed offload/emulation keys came later within version
+1: it only widens what is accepted, and every value an older file holds reads as before ("no" is
+still fp32), so the version did not change (an older accelerate-core refuses such a null with a
+clear message rather than misreading it). A file without `version`, or with a version this code
 does not know, is explained and refused, never read as if it were the current format.
 """
 
@@ -37,22 +48,29 @@ _FOREIGN_KEYS = {"distributed_type", "compute_environment", "deepspeed_config", 
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """Version 1 of the launch config. num_processes counts every process on every machine."""
+    """Version 1 of the launch config. num_processes counts every process on every machine.
 
-    backend: str = "single"  # one of BACKENDS
-    cpu: bool = False  # run on CPU even when CUDA devices are present
+    None (null in the file) is unset: launch passes nothing, and the script decides.
+    """
+
+    # One of BACKENDS; None: single for one process, ddp for several, deepspeed when the
+    # script passes a DeepSpeedPlugin (the connector decides from the world size).
+    backend: str | None = None
+    cpu: bool | None = None  # True: CPU even when CUDA devices are present; None: script decides
     num_processes: int = 1
     num_machines: int = 1
     machine_rank: int = 0
     main_process_ip: str | None = None  # needed when num_machines > 1
     main_process_port: int | None = None  # None: a free port (one machine) or 29500
-    mixed_precision: str = "no"  # one of MIXED_PRECISIONS
+    mixed_precision: str | None = None  # one of MIXED_PRECISIONS ("no": fp32); None: script decides
     zero_stage: int | None = None  # DeepSpeed only; None: the DeepSpeedPlugin default
-    offload_optimizer_device: str = "none"  # DeepSpeed only
-    offload_param_device: str = "none"  # DeepSpeed ZeRO-3 only
-    gradient_accumulation_steps: int = 1
+    # DeepSpeed only; None: the DeepSpeedPlugin's value (the script's, else "none").
+    offload_optimizer_device: str | None = None
+    offload_param_device: str | None = None  # ZeRO-3 only
+    gradient_accumulation_steps: int | None = None  # None: script decides (else 1)
     gradient_clipping: float | None = None
-    cpu_fp16_emulation: bool = False  # DeepSpeed fp16 on a CPU without native fp16 (labelled)
+    # DeepSpeed fp16 on a CPU without native fp16 (labelled); None: the DeepSpeedPlugin's value.
+    cpu_fp16_emulation: bool | None = None
 
     @property
     def processes_per_machine(self) -> int:
@@ -97,7 +115,11 @@ _RULES: dict[str, tuple[type, tuple[Any, ...] | None, str]] = {
     "gradient_clipping": (float, None, "a number > 0"),
     "cpu_fp16_emulation": (bool, None, "true or false"),
 }
-_NULLABLE = {"main_process_ip", "main_process_port", "zero_stage", "gradient_clipping"}
+# Keys that may be null. For the settings a script can pass to Accelerator(...), null means
+# "unset: the script decides"; for the others, see the comments on LaunchConfig.
+_NULLABLE = {"main_process_ip", "main_process_port", "zero_stage", "gradient_clipping",
+             "mixed_precision", "gradient_accumulation_steps", "cpu", "backend",
+             "offload_optimizer_device", "offload_param_device", "cpu_fp16_emulation"}
 _MINIMUM = {"num_processes": 1, "num_machines": 1, "machine_rank": 0, "main_process_port": 1,
             "gradient_accumulation_steps": 1}
 FIELD_NAMES = tuple(f.name for f in fields(LaunchConfig))
@@ -137,7 +159,16 @@ def parse_text(name: str, text: str, given: str) -> Any:
     """Turn a command-line or questionnaire answer into a checked value of setting `name`."""
     kind = _RULES[name][0]
     value: Any = text.strip()
-    if value.lower() in ("null", "none", "") and name in _NULLABLE:
+    if name == "mixed_precision" and value.lower() == "none":
+        # "none" would read as unset here, while "no" means fp32: refuse the guess.
+        raise InvalidSettingError(explain(
+            f"{given}={value!r}", "'none' is ambiguous: 'no' means fp32, while unset leaves it to the "
+            "script", (*MIXED_PRECISIONS, "null"),
+            "write 'no' for fp32, or 'null' (or nothing) to let the script decide"))
+    choices = _RULES[name][1] or ()
+    # "none" is unset, except where it is itself a choice (offload devices: no offload).
+    if (value.lower() in ("null", "") or (value.lower() == "none" and "none" not in choices)) \
+            and name in _NULLABLE:
         value = None
     elif kind is int:
         with contextlib.suppress(ValueError):  # not a whole number: check_value explains
@@ -210,15 +241,16 @@ def check_consistent(config: LaunchConfig, source: str) -> None:
     if c.backend != "deepspeed":
         for key, default in (("zero_stage", None), ("offload_optimizer_device", "none"),
                              ("offload_param_device", "none"), ("cpu_fp16_emulation", False)):
-            if getattr(c, key) != default:
+            if getattr(c, key) not in (None, default):  # unset, or the off value older files hold
                 raise conflict(f"{key}={getattr(c, key)!r} with backend={c.backend!r}",
                                f"{key} is a DeepSpeed setting", "set backend 'deepspeed', or drop it")
-    if c.offload_param_device != "none" and c.zero_stage != 3:
+    if c.offload_param_device not in (None, "none") and c.zero_stage != 3:
         raise conflict(f"offload_param_device={c.offload_param_device!r} with zero_stage={c.zero_stage}",
                        "parameters are partitioned, hence offloadable, only under ZeRO-3", "set zero_stage 3")
-    if c.cpu_fp16_emulation and not (c.cpu and c.mixed_precision == "fp16"):
+    # Unset precision or device: the script may still pick fp16 on CPU, where the opt-in applies.
+    if c.cpu_fp16_emulation and (c.cpu is False or c.mixed_precision not in (None, "fp16")):
         raise conflict("cpu_fp16_emulation=true", "it only applies to fp16 on CPU",
-                       "set cpu true and mixed_precision 'fp16', or drop it")
+                       "set cpu true and mixed_precision 'fp16' (or leave them unset), or drop it")
 
 
 def default_config_path() -> Path:
@@ -245,7 +277,13 @@ def load_config(path: Path) -> LaunchConfig:
 def save_config(config: LaunchConfig, path: Path) -> None:
     check_consistent(config, "config to save")
     header = ("accelerate-core launch config, written by `accelerate-core config`.\n"
-              "Read by `accelerate-core launch`; flags given to launch override these values.")
+              "Read by `accelerate-core launch`; flags given to launch override these values.\n"
+              "null means unset: launch passes nothing, so the script's Accelerator(...) arguments\n"
+              "decide (mixed_precision: fp32 unless the script asks, e.g. Accelerator(fp16=True);\n"
+              "gradient_accumulation_steps: 1; cpu: CUDA when present; backend: single for one\n"
+              "process, ddp for several, deepspeed if the script passes a DeepSpeedPlugin).\n"
+              "A value that is set is binding: an Accelerator(...) argument that contradicts it\n"
+              "stops the run with an error.")
     path.parent.mkdir(parents=True, exist_ok=True)
     text = flat_yaml.dump(config.to_mapping(), header=header)
     tmp = path.with_name(path.name + ".tmp")

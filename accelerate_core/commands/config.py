@@ -3,6 +3,13 @@
 Questions follow earlier answers: machines and process counts only for a distributed backend,
 ZeRO questions only for DeepSpeed, parameter offload only for ZeRO-3, the fp16 emulation only
 for DeepSpeed fp16 on CPU.
+
+What only the training script should decide is left unset (null in the file; launch then passes
+nothing, and the script's `Accelerator(...)` arguments decide): --default leaves mixed precision,
+gradient accumulation, the backend and, on a CUDA machine, the device unset, and the questionnaire offers
+"script decides" as the default answer (an empty answer) for mixed precision, accumulation,
+clipping and the DeepSpeed plugin's settings (ZeRO stage, offload, fp16 emulation).
+A value that is set is binding: a contradicting `Accelerator(...)` argument is an error.
 """
 
 from __future__ import annotations
@@ -25,14 +32,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="Write the launch config (a questionnaire, or --default).",
         description=("Ask how training should run and write the answers as a versioned YAML config "
                      "that `accelerate-core launch` reads. Answers are read line by line from "
-                     "standard input (a pipe works); an empty answer takes the default in brackets."),
+                     "standard input (a pipe works); an empty answer takes the default in brackets. "
+                     "'script decides' (null in the file) leaves a setting unset: launch then passes "
+                     "nothing for it and the script's Accelerator(...) arguments decide, e.g. "
+                     "Accelerator(fp16=True). A value that is set is binding: an Accelerator(...) "
+                     "argument that contradicts it is an error."),
         epilog=f"Default file: $ACCELERATE_CORE_CONFIG_FILE, else {default_config_path()}.",
     )
     parser.add_argument("--config-file", "--config_file", metavar="FILE",
                         help="Where to write the config (default: see below).")
     parser.add_argument("--default", action="store_true",
                         help="Write a sensible config for this machine without asking "
-                             "(CPU-only machines get a one-process CPU config).")
+                             "(CPU-only machines get a one-process CPU config; with CUDA: one process "
+                             "per device). Mixed precision, gradient accumulation and the backend "
+                             "are left unset (null) for the script and the process count to decide.")
     parser.set_defaults(handler=run)
     return parser
 
@@ -51,11 +64,16 @@ class Machine:
 
 
 def default_config(machine: Machine) -> LaunchConfig:
+    """What to run on this machine; mixed precision and accumulation stay unset (the script's).
+
+    CPU-only: cpu=True (a working CPU config, gloo), one process. With CUDA: one process per
+    device, cpu unset (CUDA unless the script says Accelerator(cpu=True)). The backend is unset
+    too: single for one process, ddp for several (`launch --num-processes N` needs no other
+    change), deepspeed when the script passes a DeepSpeedPlugin.
+    """
     if machine.cuda_devices == 0:
-        return LaunchConfig(backend="single", cpu=True, num_processes=1)
-    if machine.cuda_devices == 1:
-        return LaunchConfig(backend="single", cpu=False, num_processes=1)
-    return LaunchConfig(backend="ddp", cpu=False, num_processes=machine.cuda_devices)
+        return LaunchConfig(cpu=True, num_processes=1)
+    return LaunchConfig(num_processes=max(machine.cuda_devices, 1))
 
 
 def questionnaire(asker: Asker, machine: Machine) -> LaunchConfig:
@@ -80,23 +98,27 @@ def questionnaire(asker: Asker, machine: Machine) -> LaunchConfig:
         a["num_processes"] = asker.ask(
             "num_processes", "How many processes in total, over all machines?", per_machine * machines,
             lambda n: None if n % machines == 0 else f"it must be a multiple of the {machines} machines")
+    # Defaults None: "script decides" (empty answer); a chosen value binds the script.
     a["mixed_precision"] = asker.ask(
-        "mixed_precision", f"Mixed precision ({'/'.join(MIXED_PRECISIONS)})?", "no")
+        "mixed_precision", f"Mixed precision ({'/'.join(MIXED_PRECISIONS)}; 'no' is fp32, empty: the "
+        f"script decides)?", None)
     if a["backend"] == "deepspeed":
-        a["zero_stage"] = asker.ask("zero_stage", "DeepSpeed ZeRO stage (0/1/2/3)?", 2)
+        say("  DeepSpeed: 'script decides' takes the script's DeepSpeedPlugin(...) values, else its "
+            "defaults (ZeRO-2, no offload, no emulation).\n")
+        a["zero_stage"] = asker.ask("zero_stage", "DeepSpeed ZeRO stage (0/1/2/3)?", None)
         a["offload_optimizer_device"] = asker.ask(
-            "offload_optimizer_device", f"Offload optimizer states to ({'/'.join(OFFLOAD_DEVICES)})?", "none")
+            "offload_optimizer_device", f"Offload optimizer states to ({'/'.join(OFFLOAD_DEVICES)})?", None)
         if a["zero_stage"] == 3:
             a["offload_param_device"] = asker.ask(
-                "offload_param_device", f"Offload parameters to ({'/'.join(OFFLOAD_DEVICES)})?", "none")
-        if a["cpu"] and a["mixed_precision"] == "fp16":
+                "offload_param_device", f"Offload parameters to ({'/'.join(OFFLOAD_DEVICES)})?", None)
+        if a["cpu"] and a["mixed_precision"] in (None, "fp16"):  # fp16 chosen, or the script's to pick
             a["cpu_fp16_emulation"] = asker.ask(
-                "cpu_fp16_emulation", "DeepSpeed refuses fp16 on most CPUs; emulate it (runs are "
-                "labelled emulated)? (yes/no)", False)
+                "cpu_fp16_emulation", "DeepSpeed refuses fp16 on most CPUs; emulate it when fp16 is "
+                "used (runs are labelled emulated)? (yes/no)", None)
     a["gradient_accumulation_steps"] = asker.ask(
-        "gradient_accumulation_steps", "Gradient accumulation steps?", 1)
+        "gradient_accumulation_steps", "Gradient accumulation steps (empty: the script decides)?", None)
     a["gradient_clipping"] = asker.ask(
-        "gradient_clipping", "Clip the gradient norm to (a number, or none)?", None)
+        "gradient_clipping", "Clip the gradient norm to (a number; empty: the script decides)?", None)
     return LaunchConfig(**a)
 
 

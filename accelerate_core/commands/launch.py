@@ -1,9 +1,10 @@
 """`accelerate-core launch`: start a training script on N processes from a config and flags.
 
 Order of authority: launch flags, then the config file, then built-in defaults. A setting that
-neither the flags nor a config file name is not passed to the processes at all, so the
-script's own `Accelerator(...)` arguments decide it. Everything is checked before anything
-starts: a bad value or a missing script is one message and exit status 2.
+neither the flags nor a config file set (absent, or null: unset) is not passed to the processes
+at all, so the script's own `Accelerator(...)` arguments decide it; one that is set is binding.
+Everything is checked before anything starts: a bad value or a missing script is one message and
+exit status 2.
 """
 
 from __future__ import annotations
@@ -55,14 +56,15 @@ _VALUE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--main-process-port", "main_process_port", "PORT",
      f"Port on machine 0 (torchrun's --master-port). Default: a free one with one machine, "
      f"{DEFAULT_MULTI_NODE_PORT} with several."),
-    ("--mixed-precision", "mixed_precision", "{" + ",".join(MIXED_PRECISIONS) + "}", "Mixed precision mode."),
+    ("--mixed-precision", "mixed_precision", "{" + ",".join(MIXED_PRECISIONS) + ",null}",
+     "Mixed precision mode ('no': fp32). null: unset, the script's Accelerator(...) decides."),
     ("--zero-stage", "zero_stage", "{0,1,2,3}", "DeepSpeed ZeRO stage (with --backend deepspeed)."),
     ("--offload-optimizer-device", "offload_optimizer_device", "{" + ",".join(OFFLOAD_DEVICES) + "}",
      "DeepSpeed: where optimizer states live."),
     ("--offload-param-device", "offload_param_device", "{" + ",".join(OFFLOAD_DEVICES) + "}",
      "DeepSpeed ZeRO-3: where parameters live."),
     ("--gradient-accumulation-steps", "gradient_accumulation_steps", "N",
-     "Micro-batches per optimizer step."),
+     "Micro-batches per optimizer step. null: unset, the script's Accelerator(...) decides."),
     ("--gradient-clipping", "gradient_clipping", "X", "Clip the gradient norm to X."),
 )
 _BOOL_FLAGS: tuple[tuple[str, str, str], ...] = (
@@ -81,7 +83,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "One process runs the script directly; several run through `python -m "
             "torch.distributed.run` (on one machine: a rendezvous on 127.0.0.1 and a port the kernel "
             "picks; with several: a static rendezvous at --main-process-ip:--main-process-port). "
-            "Flags override the config file. Exit status: "
+            "Flags override the config file. Only settings that are set reach the script: a null (unset) "
+            "one is left to its Accelerator(...) arguments, and a set one they contradict is an error. "
+            "Exit status: "
             "the script's (the first failing rank's when several run); 128+N when stopped by signal N."
         ),
         epilog=("Config file: --config-file, else $ACCELERATE_CORE_CONFIG_FILE, else "
@@ -118,7 +122,7 @@ class LaunchPlan:
 
 
 def resolve_config(args: argparse.Namespace) -> tuple[LaunchConfig, set[str]]:
-    """The merged config and the keys someone actually set (flags or file)."""
+    """The merged config and the keys someone actually set (flags or file; null is unset)."""
     named = args.config_file or config_file_from_environ()
     path = Path(named).expanduser() if named else default_config_path()
     file_data: dict[str, Any] = {}
@@ -145,10 +149,13 @@ def resolve_config(args: argparse.Namespace) -> tuple[LaunchConfig, set[str]]:
         for key in _DEEPSPEED_ONLY:
             if key not in flags:
                 merged.pop(key, None)
-    if "backend" not in merged:
+    explicit = {key for key, value in merged.items() if value is not None}
+    if merged.get("backend") is None:
+        # Unset: checked here as the connector will resolve it (ddp for several processes),
+        # but not passed on, so a script's DeepSpeedPlugin can still choose DeepSpeed.
         merged["backend"] = "ddp" if merged.get("num_processes", 1) > 1 else "single"
     config = from_mapping({"version": CONFIG_VERSION, **merged}, source)
-    return config, set(merged)
+    return config, explicit
 
 
 def plan(args: argparse.Namespace) -> LaunchPlan:

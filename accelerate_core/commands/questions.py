@@ -14,6 +14,7 @@ from accelerate_core.errors import AccelerateCoreError, InvalidSettingError, exp
 
 MAX_TRIES = 3
 REQUIRED: Any = object()  # a question without a default
+SCRIPT_DECIDES = "script decides"  # how a None default (unset, null in the file) is shown
 
 
 class QuestionnaireAborted(AccelerateCoreError):
@@ -69,7 +70,7 @@ class Asker:
 
 def _show(value: Any) -> str:
     if value is None:
-        return "none"
+        return SCRIPT_DECIDES
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value)

@@ -34,11 +34,43 @@ def test_deepspeed_answers_write_the_expected_file(tmp_path: Path) -> None:
     assert data["version"] == CONFIG_VERSION and next(iter(data)) == "version"
 
 
+def test_deepspeed_empty_answers_leave_the_plugin_settings_to_the_script(tmp_path: Path) -> None:
+    # cpu, backend, then empty answers: machines 1, processes 2, and "script decides" for
+    # precision, ZeRO stage, optimizer offload, fp16 emulation, accumulation and clipping.
+    result, path = run_config(tmp_path, ["yes", "deepspeed", *[""] * 8])
+    assert result.returncode == 0, describe(result)
+    assert "DeepSpeedPlugin(...) values" in result.stdout and "Offload parameters" not in result.stdout
+    assert result.stdout.count("[script decides]") == 6
+    config = load_config(path)
+    assert config == LaunchConfig(backend="deepspeed", cpu=True, num_processes=2)
+    assert (config.zero_stage, config.offload_optimizer_device, config.cpu_fp16_emulation) == (None,) * 3
+    # Only what was chosen reaches the processes; a script's DeepSpeedPlugin decides the rest.
+    assert config.to_launch_settings().to_environ() == {
+        "ACCELERATE_CORE_BACKEND": "deepspeed", "ACCELERATE_CORE_CPU": "1"}
+
+
 def test_single_backend_asks_no_process_or_zero_questions(tmp_path: Path) -> None:
     result, path = run_config(tmp_path, ["yes", "single", "", "", ""])  # defaults after the backend
     assert result.returncode == 0, describe(result)
     assert "How many" not in result.stdout and "ZeRO stage" not in result.stdout
-    assert load_config(path) == LaunchConfig(backend="single", cpu=True)
+    config = load_config(path)
+    assert config == LaunchConfig(backend="single", cpu=True)
+    # Empty answers to precision and accumulation leave them to the script: null in the file.
+    assert "Mixed precision (no/fp16/bf16; 'no' is fp32, empty: the script decides)? [script decides]" \
+        in result.stdout
+    assert (config.mixed_precision, config.gradient_accumulation_steps) == (None, None)
+    data = flat_yaml.loads(path.read_text())
+    assert data["mixed_precision"] is None and data["gradient_accumulation_steps"] is None
+    assert "null means unset" in path.read_text()
+
+
+def test_none_is_refused_as_a_precision_answer(tmp_path: Path) -> None:
+    # "none" could mean fp32 ("no") or unset: asked again, then "no" is fp32, a chosen value.
+    result, path = run_config(tmp_path, ["yes", "single", "none", "no", "1", ""])
+    assert result.returncode == 0, describe(result)
+    assert "'none' is ambiguous" in result.stdout
+    assert load_config(path) == LaunchConfig(backend="single", cpu=True, mixed_precision="no",
+                                             gradient_accumulation_steps=1)
 
 
 def test_several_machines_ask_for_rank_address_and_port(tmp_path: Path) -> None:
@@ -48,7 +80,8 @@ def test_several_machines_ask_for_rank_address_and_port(tmp_path: Path) -> None:
     assert "multiple of the 2 machines" in result.stdout  # 3 processes over 2 machines re-asked
     assert load_config(path) == LaunchConfig(
         backend="ddp", cpu=False, num_processes=8, num_machines=2, machine_rank=1,
-        main_process_ip="10.0.0.5", main_process_port=29500, mixed_precision="fp16")
+        main_process_ip="10.0.0.5", main_process_port=29500, mixed_precision="fp16",
+        gradient_accumulation_steps=1)  # an answered 1 is a choice, kept (not unset)
 
 
 def test_end_of_input_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
@@ -75,14 +108,25 @@ def test_default_writes_a_cpu_config_on_a_cpu_only_machine(tmp_path: Path) -> No
     assert str(path) in result.stdout
     config = load_config(path)
     if not torch.cuda.is_available():
-        assert config == LaunchConfig(backend="single", cpu=True, num_processes=1)
+        assert config == LaunchConfig(cpu=True, num_processes=1)
+        assert config.cpu is True  # a working CPU config, not "unset"
     else:
-        assert config.cpu is False and config.num_processes == torch.cuda.device_count()
-    # The file written to the default place is the one launch then reads.
-    shown = run_cli(["launch", "--dry-run", "--mixed-precision", "bf16", __file__], env)
+        assert config.cpu is None and config.num_processes == torch.cuda.device_count()
+    # What only a script (or the process count) should decide is unset (null), so
+    # Accelerator(fp16=True) runs and `launch --num-processes 2` needs no other flag.
+    text = path.read_text()
+    for key in ("backend", "mixed_precision", "gradient_accumulation_steps"):
+        assert f"{key}: null" in text, text
+    assert "null means unset" in text
+    # The file written to the default place is the one launch then reads, and launch passes
+    # only the values that are set.
+    shown = run_cli(["launch", "--dry-run", __file__], env)
     assert shown.returncode == 0, describe(shown)
-    assert "env: ACCELERATE_CORE_BACKEND=single" in shown.stdout or config.backend != "single"
-    assert "env: ACCELERATE_CORE_MIXED_PRECISION=bf16" in shown.stdout
+    passed = sorted(line for line in shown.stdout.splitlines() if line.startswith("env: ACCELERATE_CORE_"))
+    assert passed == (["env: ACCELERATE_CORE_CPU=1"] if config.cpu else []), shown.stdout
+    chosen = run_cli(["launch", "--dry-run", "--mixed-precision", "bf16", __file__], env)
+    assert chosen.returncode == 0, describe(chosen)
+    assert "env: ACCELERATE_CORE_MIXED_PRECISION=bf16" in chosen.stdout
 
 
 def test_default_path_is_the_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from accelerate_core.config import (
     default_config_path,
     from_mapping,
     load_config,
+    parse_text,
     save_config,
 )
 from accelerate_core.errors import ConfigFileError, ConflictingSettingsError
@@ -119,15 +120,50 @@ def test_save_refuses_a_contradictory_config(tmp_path: Path) -> None:
 
 
 def test_launch_settings_carry_only_what_was_said_and_deepspeed_keys_only_for_deepspeed() -> None:
-    ddp = LaunchConfig(backend="ddp", num_processes=2, mixed_precision="bf16")
+    ddp = LaunchConfig(backend="ddp", num_processes=2, mixed_precision="bf16", cpu=False,
+                       gradient_accumulation_steps=1)
     assert ddp.to_launch_settings() == LaunchSettings(
         backend="ddp", mixed_precision="bf16", cpu=False, gradient_accumulation_steps=1)
     only = ddp.to_launch_settings(only={"backend", "mixed_precision"})
     assert only == LaunchSettings(backend="ddp", mixed_precision="bf16")
     ds = LaunchConfig(backend="deepspeed", zero_stage=3, offload_param_device="cpu").to_launch_settings()
-    assert (ds.zero_stage, ds.offload_param_device, ds.offload_optimizer_device) == (3, "cpu", "none")
+    assert (ds.zero_stage, ds.offload_param_device, ds.offload_optimizer_device) == (3, "cpu", None)
     # What the launcher writes, every process reads back unchanged.
     assert LaunchSettings.from_environ(ds.to_environ()) == ds
+
+
+@pytest.mark.parametrize("use_pyyaml", READERS)
+def test_null_is_unset_and_an_older_files_values_read_as_before(use_pyyaml: bool) -> None:
+    unset = from_mapping(flat_yaml.loads(
+        "version: 1\nbackend: ddp\nnum_processes: 2\ncpu: null\nmixed_precision: null\n"
+        "gradient_accumulation_steps: ~\n", use_pyyaml=use_pyyaml), "test")
+    assert (unset.cpu, unset.mixed_precision, unset.gradient_accumulation_steps) == (None, None, None)
+    # Unset values reach no process: the script's Accelerator(...) arguments decide them.
+    assert unset.to_launch_settings().to_environ() == {"ACCELERATE_CORE_BACKEND": "ddp"}
+    # A file written before null was allowed (same version 1) still means what it meant: "no" is
+    # a chosen fp32 and 1 a chosen accumulation, both passed on (and binding on the script).
+    old = from_mapping(flat_yaml.loads(
+        'version: 1\nbackend: ddp\nnum_processes: 2\ncpu: false\nmixed_precision: "no"\n'
+        "gradient_accumulation_steps: 1\n", use_pyyaml=use_pyyaml), "test")
+    assert old.to_launch_settings().to_environ() == {
+        "ACCELERATE_CORE_BACKEND": "ddp", "ACCELERATE_CORE_CPU": "0",
+        "ACCELERATE_CORE_MIXED_PRECISION": "no", "ACCELERATE_CORE_GRADIENT_ACCUMULATION_STEPS": "1"}
+
+
+def test_text_answers_null_none_and_the_none_choice() -> None:
+    assert parse_text("mixed_precision", "null", "x") is None
+    assert parse_text("mixed_precision", "", "x") is None
+    assert parse_text("mixed_precision", "no", "x") == "no"
+    assert parse_text("gradient_clipping", "none", "x") is None
+    assert parse_text("offload_optimizer_device", "none", "x") == "none"  # a choice, not unset
+    assert parse_text("offload_optimizer_device", "null", "x") is None
+
+
+def test_fp16_emulation_is_allowed_while_the_script_picks_the_precision() -> None:
+    base = {"version": 1, "backend": "deepspeed", "cpu": True, "cpu_fp16_emulation": True}
+    assert from_mapping(base, "test").cpu_fp16_emulation is True  # mixed_precision unset
+    with pytest.raises(ConfigFileError, match="only applies to fp16 on CPU"):
+        from_mapping({**base, "mixed_precision": "bf16"}, "test")
 
 
 def test_default_path_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

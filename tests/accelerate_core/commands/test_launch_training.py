@@ -61,3 +61,40 @@ def test_mission_loop_under_deepspeed_zero2_matches_plain_pytorch(tmp_path: Path
     resolved = (produced["num_processes"], produced["backend"], produced["strategy"])
     assert resolved == (WORLD, "deepspeed", "zero2")
     assert_same_as_plain_pytorch(produced)
+
+
+@pytest.mark.ddp
+@pytest.mark.slow
+def test_default_config_runs_the_fp16_mission_script_and_a_chosen_precision_binds(tmp_path: Path) -> None:
+    """`config --default` leaves precision to the script: MISSION.md's Accelerator(fp16=True) runs
+    (autocast + GradScaler under DDP on CPU). A precision the user did choose still binds."""
+    config = tmp_path / "default.yaml"
+    env = cli_environ(tmp_path / "cfg")
+    written = run_cli(["config", "--default", "--config-file", str(config)], env)
+    assert written.returncode == 0, describe(written)
+    out = tmp_path / "fp16.pt"
+    result = run_cli(["launch", "--config-file", str(config), "--cpu", "--num-processes", str(WORLD),
+                      str(SCRIPTS / "mission_fp16.py"), str(out)], env, timeout=300)
+    assert result.returncode == 0, describe(result)
+    produced = torch.load(out, weights_only=False)
+    resolved = (produced["num_processes"], produced["backend"], produced["mixed_precision"],
+                produced["gradient_accumulation_steps"], produced["device"])
+    assert resolved == (WORLD, "ddp", "fp16", 1, "cpu")
+    # It trained: every weight finite and moved (fp16 skips some steps while the scale settles).
+    initial = mission_parts.build(mission_parts.BATCH_PER_RANK)[0].state_dict()
+    for name, weight in produced["state_dict"].items():
+        assert torch.isfinite(weight).all() and (weight - initial[name]).abs().max() > 1e-3, name
+    batches = mission_parts.TRAIN_SAMPLES // (mission_parts.BATCH_PER_RANK * WORLD)
+    optimizer_steps = mission_parts.EPOCHS * -(-batches // mission_parts.GRADIENT_ACCUMULATION_STEPS)
+    assert produced["skipped_steps"] < optimizer_steps, produced["skipped_steps"]
+
+    # The same script under a config whose precision was chosen ("no", as older files say): the
+    # contradiction stops the run with the core's explanation (one process: no torchrun needed).
+    chosen = tmp_path / "chosen.yaml"
+    chosen.write_text('version: 1\ncpu: true\nmixed_precision: "no"\n', encoding="utf-8")
+    refused = run_cli(["launch", "--config-file", str(chosen), str(SCRIPTS / "mission_fp16.py"),
+                       str(tmp_path / "never.pt")], env, timeout=120)
+    assert refused.returncode != 0, describe(refused)
+    assert "ConflictingSettingsError" in refused.stderr, describe(refused)
+    assert "the launcher was told mixed_precision='no'" in refused.stderr, describe(refused)
+    assert not (tmp_path / "never.pt").exists()

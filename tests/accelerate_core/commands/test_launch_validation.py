@@ -40,6 +40,7 @@ def test_missing_script(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("flags", "expected"), [
     (["--backend", "gpu"], ["--backend='gpu'", "'single', 'ddp', 'deepspeed'"]),
     (["--mixed-precision", "fp8"], ["--mixed-precision='fp8'", "'no', 'fp16', 'bf16'"]),
+    (["--mixed-precision", "none"], ["--mixed-precision='none'", "'none' is ambiguous"]),
     (["--num-processes", "two"], ["--num-processes='two'", "a whole number >= 1"]),
     (["--num_processes", "0"], ["--num-processes=0", "out of range"]),
     (["--backend", "deepspeed", "--zero-stage", "4"], ["--zero-stage=4", "0, 1, 2, 3"]),
@@ -98,9 +99,13 @@ def test_flags_override_the_config_file_and_underscores_are_accepted(tmp_path: P
 
 
 def test_without_config_several_processes_mean_ddp_and_only_flags_are_passed(tmp_path: Path) -> None:
+    # No backend set: launch checks the run as DDP (what the connector resolves for 2 processes)
+    # but passes nothing, so a script's DeepSpeedPlugin could still choose DeepSpeed.
     env = dry_run(tmp_path, ["--num-processes", "2"])
     passed = {k: v for k, v in env.items() if k.startswith("ACCELERATE_CORE_")}
-    assert passed == {"ACCELERATE_CORE_BACKEND": "ddp"}
+    assert passed == {}
+    assert dry_run(tmp_path / "b", ["--num-processes", "2", "--mixed-precision", "fp16"]).get(
+        "ACCELERATE_CORE_MIXED_PRECISION") == "fp16"
     assert "torchrun_entry" in env["command"] and "--rdzv-endpoint 127.0.0.1:0" in env["command"]
 
 
