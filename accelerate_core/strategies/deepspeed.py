@@ -30,7 +30,7 @@ from accelerate_core.strategies.deepspeed_accel import (
     prepare_accelerator_choice,
     select_accelerator,
 )
-from accelerate_core.strategies.deepspeed_compat import zero_dim_safe_initialize
+from accelerate_core.strategies.deepspeed_compat import restore_functional_linear, zero_dim_safe_initialize
 from accelerate_core.strategies.deepspeed_config import CoreValues, build_config
 from accelerate_core.strategies.deepspeed_outputs import expose_dataclass_outputs
 
@@ -286,6 +286,7 @@ class DeepSpeedStrategy(Strategy):
             self.engine.destroy()
             self.engine = None
             self.precision.attach(None)
+        restore_functional_linear()
         ds_state.destroy_monitor_group(self._monitor)
         self._monitor = None
         if self._swap is not None:

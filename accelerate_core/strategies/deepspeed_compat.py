@@ -91,3 +91,14 @@ def zero_dim_safe_initialize(model: nn.Module) -> Iterator[None]:
     with _LOCK, _patched(DeepSpeedEngine, "_broadcast_model", _broadcast_with_zero_dim_views), \
             _patched(Init, "_zero_init_param", _zero3_init_with_zero_dim_views):
         yield
+
+
+def restore_functional_linear() -> None:
+    """Undo ZeRO-3's process-wide swap of torch.nn.functional.linear, if a config asked for it
+    (`memory_efficient_linear`, off by default in the core): DeepSpeed leaves it in place after
+    the engine is gone, so every later model in the process would compute differently."""
+    from deepspeed.runtime.zero import partition_parameters
+
+    original = getattr(partition_parameters.InsertPostInitMethodToModuleSubClasses, "linear_bk", None)
+    if original is not None and torch.nn.functional.linear is not original:
+        torch.nn.functional.linear = original

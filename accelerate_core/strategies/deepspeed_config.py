@@ -165,6 +165,12 @@ def _reconcile_defaults(m: _Merger, plugin: DeepSpeedPlugin) -> None:
     # Unmanaged accumulation accepts overlap_comm only for stage 2, and DeepSpeed turns it on by
     # default for stage 3; overlapping buys nothing on these tiny CPU runs anyway.
     m.default("zero_optimization.overlap_comm", False)
+    # ZeRO-3 otherwise swaps torch.nn.functional.linear for its own matmul-then-add version, for
+    # the whole process and beyond the engine's life ("will persist unless manually reset"): it
+    # rounds differently from torch's addmm, and it changed what later DDP cells in the same
+    # process computed (found by the harness's cross-environment check). Plain F.linear works
+    # under ZeRO-3; the swap only saves activation memory.
+    m.default("zero_optimization.memory_efficient_linear", False)
     # The client optimizer's param groups (weight decay, lr) are kept exactly as the user built them.
     m.default("zero_force_ds_cpu_optimizer", False)
     # DeepSpeed prints progress every 10 steps by default; the harness reads its own records.

@@ -55,7 +55,8 @@ def test_user_values_equal_to_core_or_auto_are_accepted() -> None:
             "bf16": {"enabled": True}, "fp16": {"enabled": "auto"}}
     config = build_config(DeepSpeedPlugin(zero_stage=1, config=user), core("bf16"))
     assert config["train_micro_batch_size_per_gpu"] == 4
-    assert config["zero_optimization"] == {"stage": 1, "reduce_bucket_size": 1000, "overlap_comm": False}
+    assert config["zero_optimization"] == {"stage": 1, "reduce_bucket_size": 1000, "overlap_comm": False,
+                                           "memory_efficient_linear": False}
     assert config["bf16"]["enabled"] is True and config["fp16"]["enabled"] is False
     assert user["train_micro_batch_size_per_gpu"] == "auto"  # the user's dict is not modified
 

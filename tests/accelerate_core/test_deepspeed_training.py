@@ -66,7 +66,7 @@ TWO_RANK_CHECKS = (
     [f"train:{s}:no" for s in STAGES] + [f"train:{s}:bf16" for s in STAGES]
     + [f"fp16:{s}" for s in STAGES] + [f"resume:{s}" for s in STAGES]
     + [f"clip:{s}" for s in CLIP_STAGES] + ["clipcall:2"] + [f"offload:{s}" for s in OFFLOAD_STAGES]
-    + ["prepare_errors", "fp16_refused", "misuse:3"]  # misuse last: it waits out its 3 s timeout
+    + ["linear:3", "prepare_errors", "fp16_refused", "misuse:3"]  # misuse last: it waits out its 3 s timeout
 )
 ONE_RANK_CHECKS = [f"train:{s}:no" for s in STAGES]
 
@@ -214,6 +214,15 @@ def test_get_state_dict_on_main_process_only_is_explained_not_a_hang(two_ranks: 
     assert record["raised"] == "CollectiveMisuseError"
     assert "every rank" in record["message"] and "Fix:" in record["message"]
     assert "is_main_process" in record["message"]
+
+
+def test_zero3_leaves_torch_functional_linear_as_it_was(two_ranks: Path) -> None:
+    # The harness's cross-environment check found DDP cells computing differently after a
+    # ZeRO-3 cell in the same process: DeepSpeed had swapped F.linear for good.
+    record = load(two_ranks, "linear:3")
+    assert record["swapped_by_default"] is False
+    assert record["swapped_when_asked"] is True  # the check can see a swap: DeepSpeed still does it
+    assert record["restored_after_teardown"] is True
 
 
 def test_wrong_prepare_calls_are_explained(two_ranks: Path) -> None:

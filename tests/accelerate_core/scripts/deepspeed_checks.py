@@ -238,6 +238,22 @@ def check_misuse(stage: int) -> dict[str, Any]:
     return record
 
 
+def check_functional_linear(stage: int) -> dict[str, Any]:
+    """ZeRO-3 can swap torch.nn.functional.linear for the whole process (DeepSpeed's
+    memory_efficient_linear). The core keeps it off by default, and when a user config turns it
+    on, puts torch's own back at teardown so later models in the process compute as before."""
+    original = torch.nn.functional.linear
+    accelerator, *_ = build(stage, "no")
+    swapped_by_default = torch.nn.functional.linear is not original
+    accelerator.free_memory()
+    asked = {"zero_optimization": {"memory_efficient_linear": True}}
+    accelerator, *_ = build(stage, "no", config=asked)
+    swapped_when_asked = torch.nn.functional.linear is not original
+    accelerator.free_memory()
+    return {"swapped_by_default": swapped_by_default, "swapped_when_asked": swapped_when_asked,
+            "restored_after_teardown": torch.nn.functional.linear is original}
+
+
 def check_prepare_errors() -> dict[str, Any]:
     """Wrong uses of prepare() under DeepSpeed give the explained errors, on every rank alike."""
     from accelerate_core import Accelerator, DeepSpeedPlugin
@@ -307,6 +323,8 @@ def main() -> None:
             record = check_resume(int(params[0]), args.out)
         elif kind == "misuse":
             record = check_misuse(int(params[0]))
+        elif kind == "linear":
+            record = check_functional_linear(int(params[0]))
         elif kind == "prepare_errors":
             record = check_prepare_errors()
         elif kind == "fp16_refused":
