@@ -61,12 +61,32 @@ def _check_deepspeed(session: nox.Session, env_name: str) -> None:
     )
 
 
+def _build_deepspeed_ops(session: nox.Session, env_name: str) -> None:
+    """JIT-compile DeepSpeed's CPU comm op once, before anything runs in parallel.
+
+    Otherwise the first DeepSpeed launches compile it (about 60 s of g++ on every core) while
+    other launches run: on a 2-core machine that starved gloo's rendezvous and TCP store threads
+    of concurrent launches (ranks aborted with "terminate called without an active exception",
+    seen in CI), which says nothing about the code under test."""
+    if env_name != "deepspeed":
+        return
+    session.run(
+        "python",
+        "-c",
+        "from deepspeed.accelerator import get_accelerator; "
+        "builder = get_accelerator().create_op_builder('ShareMemCommBuilder'); "
+        "builder is not None and builder.load()",
+        env=_environ(session, env_name),
+    )
+
+
 @nox.session(python=PYTHON)
 @nox.parametrize("env", ENVIRONMENTS, ids=ENVIRONMENTS)
 def matrix(session: nox.Session, env: str) -> None:
     """The whole matrix in one environment; the report goes to reports/<env>/."""
     _install(session, EXTRAS[env])
     _check_deepspeed(session, env)
+    _build_deepspeed_ops(session, env)
     command = ["python", "-m", "harness", "run", "--env-name", env, "--report-dir", str(REPORTS / env)]
     other = REPORTS / "nodeepspeed"
     if env == "deepspeed" and (other / "report.json").is_file():
@@ -82,6 +102,7 @@ def tests(session: nox.Session, env: str) -> None:
     """The test suite (the matrix items included); arguments after -- replace the defaults."""
     _install(session, EXTRAS[env])
     _check_deepspeed(session, env)
+    _build_deepspeed_ops(session, env)
     # --dist loadgroup keeps a launch group's matrix items on one worker (one shared launch).
     args = session.posargs or ["tests", "-n", "2", "--dist", "loadgroup", "-ra"]
     session.run("python", "-m", "pytest", *args, env=_environ(session, env))

@@ -1,19 +1,20 @@
 """Run a script on N real processes through `python -m torch.distributed.run` (no mocks).
 
-Shared by the core's, the DeepSpeed and the CLI tests. The rendezvous uses a free port on
-127.0.0.1; a run that fails or times out raises with the tail of its output, and a timed-out run
-has its whole process group killed so no rank is left behind.
+Shared by the core's, the DeepSpeed and the CLI tests. The rendezvous is torchrun's
+--standalone one (a port the kernel picks); a run that fails or times out raises with the tail
+of its output, and a timed-out run has the launcher and every rank killed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+import psutil
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _TAIL = 6000
@@ -21,12 +22,6 @@ _TAIL = 6000
 
 class DistributedRunError(RuntimeError):
     """A distributed run exited non-zero or ran past its timeout."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_distributed(
@@ -51,8 +46,9 @@ def run_distributed(
         full_env.update(env)
     command = [
         sys.executable, "-m", "torch.distributed.run",
-        "--nproc_per_node", str(nproc), "--nnodes", "1",
-        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        # --standalone: a c10d rendezvous on a port the kernel picks and torchrun holds, so
+        # launches running side by side (pytest-xdist) never race for a port.
+        "--standalone", "--nproc_per_node", str(nproc),
         str(script), *(args or []),
     ]
     proc = subprocess.Popen(
@@ -62,8 +58,14 @@ def run_distributed(
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        # The launcher and its ranks share the new session's process group: kill them all.
-        os.killpg(proc.pid, signal.SIGKILL)
+        # torchrun starts each rank in a session of its own, so killing the launcher's process
+        # group would leave the ranks behind: list every descendant first, then kill them all.
+        launcher = psutil.Process(proc.pid)
+        processes = [launcher, *launcher.children(recursive=True)]
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(processes, timeout=10)
         out, _ = proc.communicate()
         raise DistributedRunError(
             f"{script.name} on {nproc} processes timed out after {timeout:.0f}s; output tail:\n"
