@@ -58,6 +58,20 @@ class _Item:
         self.callspec = type("CallSpec", (), {"params": {"cell": cell}})()
 
 
+def recording_run_cells(calls: list[list[str]]) -> Any:
+    """Stands in for the launches only (the real ones run as the matrix items themselves): records
+    which cells each call was given and passes them, so these tests see how items are grouped."""
+
+    def run_cells(cells: list[Cell], options: Any, progress: Any = None) -> list[CellResult]:
+        calls.append([c.id for c in cells])
+        return [
+            CellResult(c.id, c.task, c.device, c.strategy, c.processes, c.precision, Status.PASSED)
+            for c in cells
+        ]
+
+    return run_cells
+
+
 def test_one_run_per_launch_group_of_the_selected_cells(
     monkeypatch: pytest.MonkeyPatch, matrix_copy: Path, tmp_path: Path
 ) -> None:
@@ -66,16 +80,7 @@ def test_one_run_per_launch_group_of_the_selected_cells(
     selected = [Cell.from_id(i) for i in ("regression-cpu2-ddp-fp32", "regression-cpu1-single-fp32",
                                           "classifier-cpu2-zero3-bf16")]  # fmt: skip
     calls: list[list[str]] = []
-
-    def fake_run_cells(cells: list[Cell], options: Any, progress: Any = None) -> list[CellResult]:
-        # Stands in for the launches only; the real ones run as the matrix items themselves.
-        calls.append([c.id for c in cells])
-        return [
-            CellResult(c.id, c.task, c.device, c.strategy, c.processes, c.precision, Status.PASSED)
-            for c in cells
-        ]
-
-    monkeypatch.setattr(session_module, "run_cells", fake_run_cells)
+    monkeypatch.setattr(session_module, "run_cells", recording_run_cells(calls))
     session = MatrixSession([_Item(c) for c in selected])  # type: ignore[misc]
     for cell in selected:
         assert session.result_for(cell).id == cell.id
@@ -96,15 +101,7 @@ def test_workers_share_one_run_per_group(
     monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "run1")
     selected = [Cell.from_id(i) for i in ("regression-cpu2-ddp-fp32", "regression-cpu2-zero1-fp32")]
     calls: list[list[str]] = []
-
-    def fake_run_cells(cells: list[Cell], options: Any, progress: Any = None) -> list[CellResult]:
-        calls.append([c.id for c in cells])
-        return [
-            CellResult(c.id, c.task, c.device, c.strategy, c.processes, c.precision, Status.PASSED)
-            for c in cells
-        ]
-
-    monkeypatch.setattr(session_module, "run_cells", fake_run_cells)
+    monkeypatch.setattr(session_module, "run_cells", recording_run_cells(calls))
     workers = []
     for name in ("gw0", "gw1"):
         monkeypatch.setenv("PYTEST_XDIST_WORKER", name)
