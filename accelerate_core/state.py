@@ -4,7 +4,7 @@
 WORLD_SIZE; a plain `python script.py` exports none of them and is rank 0 of 1. The process group
 is created only when a strategy asks for it, and an existing default group is always reused: the
 harness builds many Accelerators one after another inside one launch. A group the core created is
-destroyed once, at interpreter exit (see `_destroy_process_group_at_exit`).
+destroyed once, at interpreter exit (see `shutdown_process_group`).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class ProcessState:
         dist.init_process_group(
             backend=backend, rank=self.rank, world_size=self.world_size, timeout=timedelta(minutes=10)
         )
-        atexit.register(_destroy_process_group_at_exit)
+        atexit.register(shutdown_process_group)
 
     def barrier(self) -> None:
         if self.distributed:
@@ -104,8 +104,11 @@ class ProcessState:
 _GLOO_SETTLE_SECONDS = 0.05
 
 
-def _destroy_process_group_at_exit() -> None:
-    """Tear down the default group the core created, before the interpreter finalizes.
+def shutdown_process_group() -> None:
+    """Destroy the default process group so that the interpreter can exit cleanly.
+
+    The core runs this at exit for a group it created; a script that creates its own group calls
+    it last instead of `dist.destroy_process_group()`.
 
     Why: user scripts (the MISSION loop among them) end without `destroy_process_group`. Gloo's
     worker threads free a finished work object after `wait()` has already returned to Python, and
@@ -114,16 +117,13 @@ def _destroy_process_group_at_exit() -> None:
     "terminate called without an active exception" (SIGABRT; torch 2.13, the upstream attempt to
     fix it is pytorch/pytorch#179291). Destroying the group joins those threads only when nothing
     else holds it, and a user's DDP module does; so the hook also leaves the GIL free for a
-    moment, while the interpreter is still whole, for the threads to finish. A group the user
-    destroyed already is left alone.
+    moment, while the interpreter is still whole, for the threads to finish. That wait is needed
+    even when the user destroyed the group already (its threads live on while DDP holds it).
     """
-    if not (dist.is_available() and dist.is_initialized()):
-        return
-    uses_gloo = "gloo" in str(dist.get_backend())
-    dist.destroy_process_group()
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
     gc.collect()  # a group only reachable through garbage cycles is destroyed (threads joined) now
-    if uses_gloo:
-        time.sleep(_GLOO_SETTLE_SECONDS)
+    time.sleep(_GLOO_SETTLE_SECONDS)
 
 
 def ensure_single_process_rendezvous() -> None:

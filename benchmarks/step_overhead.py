@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from accelerate_core import Accelerator
+from accelerate_core.state import shutdown_process_group
 
 BATCH = 64
 # CPU time of this process, not wall time: on a shared machine a descheduled process would
@@ -154,7 +155,7 @@ def ddp_worker(args: argparse.Namespace) -> None:
     if rank == 0:
         Path(args.result).write_text(json.dumps(result))
     dist.barrier()
-    dist.destroy_process_group()
+    shutdown_process_group()
 
 
 def run_ddp(args: argparse.Namespace) -> dict[str, float]:

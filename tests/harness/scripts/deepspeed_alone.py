@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from accelerate_core.state import shutdown_process_group  # exit cleanup only, no training code
 from harness.tasks import get_task
 
 
@@ -61,7 +62,7 @@ def main() -> None:
     if dist.get_rank() == 0:
         with open(args.out, "a") as handle:
             handle.writelines(json.dumps(entry) + "\n" for entry in lines)
-    dist.destroy_process_group()
+    shutdown_process_group()  # destroy_process_group alone can abort at exit: see its docstring
 
 
 if __name__ == "__main__":
