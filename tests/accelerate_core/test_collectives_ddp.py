@@ -22,7 +22,6 @@ def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("collectives") / "seen.pt"
     run_distributed(SCRIPTS / "collectives_check.py", 2, ["--out", str(out)], timeout=240)
     result: dict[str, Any] = torch.load(out, weights_only=False)
-    result["group_at_exit"] = [(out.parent / f"group_at_exit.rank{r}").read_text() for r in range(2)]
     return result
 
 
@@ -77,9 +76,3 @@ def test_a_second_accelerator_reuses_the_process_group(seen: dict[str, Any]) -> 
     assert seen["group_reused"] is True
     assert seen["second_type"] == "DistributedDataParallel"
     assert seen["second_gather"].tolist() == [0, 1]
-
-
-def test_the_group_the_core_created_is_destroyed_before_interpreter_exit(seen: dict[str, Any]) -> None:
-    # The script never calls destroy_process_group (MISSION.md's loop does not either); left to
-    # interpreter finalization, gloo's threads abort the rank now and then (see state.py).
-    assert seen["group_at_exit"] == ["destroyed", "destroyed"]

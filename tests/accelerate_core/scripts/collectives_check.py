@@ -7,8 +7,6 @@ so a wrong value is reported by the test with the expected value beside it.
 from __future__ import annotations
 
 import argparse
-import atexit
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,16 +47,10 @@ def indices_for_metrics(accelerator: Accelerator, loader: Any) -> tuple[list[int
     return kept, raw
 
 
-def report_group_at_exit(path: Path) -> None:
-    """Registered before the core's exit hook, so it runs after it (atexit is last-in first-out)."""
-    path.write_text("initialized" if dist.is_initialized() else "destroyed")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    atexit.register(report_group_at_exit, args.out.with_name(f"group_at_exit.rank{os.environ['RANK']}"))
     acc = Accelerator(cpu=True)
     rank = acc.process_index
     seen: dict[str, Any] = {"num_processes": acc.num_processes, "strategy": acc.strategy.name}
