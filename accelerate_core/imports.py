@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 
+from accelerate_core.deepspeed_support import check_deepspeed_release, installed_deepspeed_version
 from accelerate_core.errors import MissingDependencyError, explain
 
 DEEPSPEED_INSTALL_HINT = 'pip install deepspeed  (or: pip install "accelerate-core[deepspeed]")'
@@ -21,7 +22,12 @@ def is_deepspeed_available() -> bool:
 
 
 def require_deepspeed(what: str = "DeepSpeed") -> None:
-    """Raise MissingDependencyError with the install command when deepspeed is absent."""
+    """Raise MissingDependencyError with the install command when deepspeed is absent, and
+    UnsupportedDeepSpeedError when it is a release the core does not work with."""
+    version = installed_deepspeed_version() if is_deepspeed_available() else None
+    if version is not None:
+        check_deepspeed_release(version)
+        return
     if not is_deepspeed_available():
         raise MissingDependencyError(
             explain(

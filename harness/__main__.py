@@ -90,14 +90,27 @@ def cmd_golden(args: argparse.Namespace) -> int:
     from harness import golden
 
     if args.update:
-        changed = golden.update_goldens(tasks=args.task, precisions=args.precision)
-        print("\n".join(changed) if changed else "goldens unchanged")
+        checks = golden.update_goldens(tasks=args.task, precisions=args.precision)
+    else:
+        checks = golden.check_goldens(tasks=args.task, precisions=args.precision)
+    for check in checks:
+        print(check.summary())
+        for line in check.differences:
+            print(f"    {line}")
+    if args.update:
+        rewritten = sum(check.rewritten for check in checks)
+        print(f"{rewritten} golden(s) rewritten, {len(checks) - rewritten} kept" if rewritten
+              else "goldens unchanged")
         return EXIT_OK
-    differences = golden.check_goldens()
-    for line in differences:
-        print(line)
-    print("goldens reproduce bit for bit" if not differences else f"{len(differences)} difference(s)")
-    return EXIT_FAILED if differences else EXIT_OK
+    failed = [check for check in checks if not check.passed]
+    if failed:
+        print(f"{len(failed)} of {len(checks)} golden(s) changed or missing. Fix: find out why they "
+              "moved; if the change is intended, `python -m harness golden --update "
+              + " ".join(f"--task {t}" for t in sorted({c.label.rsplit('-', 1)[0] for c in failed}))
+              + "` and review the diff")
+        return EXIT_FAILED
+    print(f"{len(checks)} golden(s) reproduce (bit-identical or within the regeneration tolerance)")
+    return EXIT_OK
 
 
 def cmd_ci(args: argparse.Namespace) -> int:

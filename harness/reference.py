@@ -9,18 +9,36 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 from torch.utils.data import DataLoader
 
 from harness.record import Fingerprint, Record
-from harness.tasks.base import Task
+from harness.tasks.base import DictDataset, Task
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def train_reference(task: Task, precision: str, device: str = "cpu") -> Record:
+@dataclass(frozen=True)
+class ReferenceInputs:
+    """A task's initial weights and data, made elsewhere: the goldens' deterministic mode trains
+    with portable kernels, which would draw other initial weights and data than the cells'
+    kernels do, so the process that makes goldens is handed the ones the cells start from."""
+
+    initial_state: dict[str, torch.Tensor]
+    train: dict[str, torch.Tensor]
+    eval: dict[str, torch.Tensor]
+
+    @classmethod
+    def of(cls, task: Task) -> ReferenceInputs:
+        return cls(initial_state=task.build_model().state_dict(), train=task.train_dataset().tensors,
+                   eval=task.eval_dataset().tensors)
+
+
+def train_reference(task: Task, precision: str, device: str = "cpu",
+                    inputs: ReferenceInputs | None = None) -> Record:
     if precision not in PRECISIONS:
         raise ValueError(
             f"precision {precision!r}: not a reference precision. Valid: {PRECISIONS}. "
@@ -28,15 +46,17 @@ def train_reference(task: Task, precision: str, device: str = "cpu") -> Record:
         )
     with _single_thread(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(task.seed)
-        return _train(task, precision, torch.device(device))
+        return _train(task, precision, torch.device(device), inputs or ReferenceInputs.of(task))
 
 
-def _train(task: Task, precision: str, device: torch.device) -> Record:
-    model = task.build_model().to(device)
+def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceInputs) -> Record:
+    model = task.build_model()
+    model.load_state_dict(inputs.initial_state)
+    model = model.to(device)
     optimizer = task.build_optimizer(model)
     scheduler = task.build_scheduler(optimizer)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
-    train = DataLoader(task.train_dataset(), batch_size=task.global_batch_size, shuffle=False)
+    train = DataLoader(DictDataset(inputs.train), batch_size=task.global_batch_size, shuffle=False)
     losses: list[float] = []
     lrs: list[list[float]] = []
     skipped: list[int] = []
@@ -73,7 +93,7 @@ def _train(task: Task, precision: str, device: torch.device) -> Record:
                 scheduler.step()
             opt_step += 1
     model.eval()
-    eval_outputs = _evaluate(task, model, device, precision)
+    eval_outputs = _evaluate(task, model, device, precision, DictDataset(inputs.eval))
     return Record(
         task=task.name,
         precision=precision,
@@ -89,10 +109,10 @@ def _train(task: Task, precision: str, device: torch.device) -> Record:
 
 
 @torch.no_grad()
-def _evaluate(task: Task, model: torch.nn.Module, device: torch.device, precision: str
-              ) -> dict[str, torch.Tensor]:
+def _evaluate(task: Task, model: torch.nn.Module, device: torch.device, precision: str,
+              dataset: DictDataset) -> dict[str, torch.Tensor]:
     logits, labels = [], []
-    for batch in DataLoader(task.eval_dataset(), batch_size=task.eval_batch_size, shuffle=False):
+    for batch in DataLoader(dataset, batch_size=task.eval_batch_size, shuffle=False):
         with _autocast(device, precision):
             output = model(**_to(batch, device))
         logits.append(output.logits)

@@ -19,6 +19,7 @@ from accelerate_core import flat_yaml
 from accelerate_core.config import default_config_path, from_mapping
 from accelerate_core.errors import AccelerateCoreError
 from accelerate_core.imports import is_deepspeed_available
+from accelerate_core.machine import describe_machine
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -58,13 +59,40 @@ def collect(config_file: str | None = None) -> list[tuple[str, str]]:
                                           ("nccl", torch.distributed.is_nccl_available()),
                                           ("mpi", torch.distributed.is_mpi_available())) if ok]
         rows.append(("Process group backends", ", ".join(backends) or "none"))
-    rows.append(("CUDA build", str(torch.version.cuda) if torch.version.cuda else "none (CPU build)"))
-    if torch.cuda.is_available():
-        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        rows.append(("CUDA devices", f"{len(names)}: " + "; ".join(names)))
+    rows.extend(_machine_rows(describe_machine()))
+    rows.extend(_config_rows(config_file))
+    return rows
+
+
+def _yes_no(value: bool | None) -> str:
+    return {True: "yes", False: "no"}.get(value, "unknown")  # type: ignore[arg-type]
+
+
+def _machine_rows(machine: dict[str, Any]) -> list[tuple[str, str]]:
+    """What decides numerics here (accelerate_core.machine): two CPUs may differ in the last bits."""
+    cpu, cuda = machine["cpu"], machine["cuda"]
+    flags = ", ".join(f"{name} {_yes_no(has)}" for name, has in cpu["flags"].items())
+    rows = [
+        ("CPU", f"{cpu['model']} ({cpu['architecture']}, {cpu['logical_cores']} logical cores)"),
+        ("CPU flags", flags),
+        ("torch CPU kernels", str(cpu["torch_cpu_capability"])),
+        ("BLAS / oneDNN", f"{cpu['blas']} {cpu['mkl']} / {cpu['onednn']}"
+                          + ("" if cpu["onednn_enabled"] else " (disabled)")),
+        ("Threads", f"intra-op {cpu['intra_op_threads']}, inter-op {cpu['inter_op_threads']}"),
+        ("Native fp16 / bf16 (oneDNN)", f"{_yes_no(cpu['native_fp16'])} / {_yes_no(cpu['native_bf16'])}"),
+        ("DeepSpeed on this CPU", ("fp16 native" if cpu["deepspeed_cpu_fp16"] else
+                                   "fp16 refused (emulation on request)")
+                                  + f", bf16 {'yes' if cpu['deepspeed_cpu_bf16'] else 'no'}"),
+        ("CUDA build", str(cuda["torch_cuda"])),
+    ]
+    if cuda["available"]:
+        devices = "; ".join(f"{d['name']} (sm {d['capability']})" for d in cuda["devices"])
+        rows += [("CUDA devices", f"{len(cuda['devices'])}: {devices}"),
+                 ("cuDNN / NCCL", f"{cuda['cudnn']} / {cuda['nccl']}")]
     else:
         rows.append(("CUDA devices", "0"))
-    rows.extend(_config_rows(config_file))
+    forced = machine["environment"]
+    rows.append(("Numerics environment", ", ".join(f"{k}={v}" for k, v in forced.items()) or "none set"))
     return rows
 
 

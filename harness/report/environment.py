@@ -13,6 +13,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from accelerate_core.machine import describe_machine
+
 NOT_INSTALLED = "not installed"
 
 
@@ -55,4 +57,7 @@ def environment_info(env_name: str) -> dict[str, Any]:
         "ci": bool(os.environ.get("CI")),
     }
     info.update(_devices())
+    # What decides numerics here (CPU model, flags, kernels, BLAS/oneDNN, threads, native
+    # fp16/bf16, CUDA versions): a verdict names the machine it was reached on.
+    info["machine"] = describe_machine()
     return info

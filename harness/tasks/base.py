@@ -144,6 +144,14 @@ class Task:
             digest.update(_code_shape(inspect.getsource(sys.modules[module_name])).encode())
         return digest.hexdigest()
 
+    def init_sha256(self) -> str:
+        """sha256 of the initial weights (`build_model()`'s state dict, in order)."""
+        digest = hashlib.sha256()
+        for key, tensor in self.build_model().state_dict().items():
+            digest.update(f"{key}/{tensor.dtype}/{tuple(tensor.shape)}".encode())
+            digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+        return digest.hexdigest()
+
     def data_sha256(self) -> str:
         """sha256 of every training and evaluation tensor, in a fixed order."""
         digest = hashlib.sha256()

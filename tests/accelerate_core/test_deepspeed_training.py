@@ -33,6 +33,7 @@ from tests.accelerate_core.scripts.deepspeed_checks import (
     make_objects,
     plain_reference,
 )
+from tests.cpu_paths import NATIVE_FP16_HERE, NO_NATIVE_FP16_REASON, WITHOUT_NATIVE_FP16
 from tests.distributed_helpers import run_distributed
 
 pytestmark = [
@@ -62,25 +63,37 @@ FP16 = Tol(rtol=1e-2, atol=2e-3)
 
 def close(actual: torch.Tensor, expected: torch.Tensor, tol: Tol, what: str = "") -> None:
     assert_close(actual, expected, rtol=tol.rtol, atol=tol.atol, msg=lambda m: f"{what}: {m}")
+FP16_CHECKS = [f"fp16:{s}" for s in STAGES]
 TWO_RANK_CHECKS = (
     [f"train:{s}:no" for s in STAGES] + [f"train:{s}:bf16" for s in STAGES]
-    + [f"fp16:{s}" for s in STAGES] + [f"resume:{s}" for s in STAGES]
+    # fp16 on this CPU as it is: the native path, where there is one (else the launch below
+    # covers the emulation)
+    + (FP16_CHECKS if NATIVE_FP16_HERE else []) + [f"resume:{s}" for s in STAGES]
     + [f"clip:{s}" for s in CLIP_STAGES] + ["clipcall:2"] + [f"offload:{s}" for s in OFFLOAD_STAGES]
-    + ["linear:3", "prepare_errors", "fp16_refused", "misuse:3"]  # misuse last: it waits out its 3 s timeout
+    + ["linear:3", "prepare_errors", "misuse:3"]  # misuse last: it waits out its 3 s timeout
 )
+# With oneDNN capped below native fp16 (a no-op on a CPU without it): the emulation, opted into,
+# and the refusal without the opt-in, on every machine.
+NO_NATIVE_FP16_CHECKS = [*FP16_CHECKS, "fp16_refused"]
 ONE_RANK_CHECKS = [f"train:{s}:no" for s in STAGES]
 
 
-def _launch(out: Path, nproc: int, checks: list[str]) -> Path:
+def _launch(out: Path, nproc: int, checks: list[str], env: dict[str, str] | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     run_distributed(SCRIPT, nproc, ["--out", str(out), "--checks", ",".join(checks),
-                                    "--inject-overflow-step", str(INJECTED_STEP)], timeout=600)
+                                    "--inject-overflow-step", str(INJECTED_STEP)], env=env, timeout=600)
     return out
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _launch(tmp_path_factory.mktemp("ds2"), 2, TWO_RANK_CHECKS)
+
+
+@pytest.fixture(scope="module")
+def two_ranks_without_native_fp16(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _launch(tmp_path_factory.mktemp("ds2-no-native-fp16"), 2, NO_NATIVE_FP16_CHECKS,
+                   env=WITHOUT_NATIVE_FP16)
 
 
 @pytest.fixture(scope="module")
@@ -132,18 +145,34 @@ def test_bf16_within_documented_tolerance(two_ranks: Path, stage: int) -> None:
     assert (record["losses"] - reference(2)["losses"]).abs().max() > 1e-5
 
 
-@pytest.mark.fp16
-@pytest.mark.parametrize("stage", STAGES)
-def test_fp16_emulation_reports_injected_overflow_and_skips_the_step(two_ranks: Path, stage: int) -> None:
-    record = load(two_ranks, f"fp16:{stage}")
+def _assert_fp16_skips_the_injected_overflow(record: dict[str, Any]) -> None:
     ref = reference(2, "fp16", INJECTED_STEP)
-    assert record["emulated"] is True  # the harness labels such a run
     expected = [step == INJECTED_STEP for step in range(len(ref["overflows"]))]
     assert ref["overflows"] == expected  # the amp reference skips exactly the injected step ...
     assert record["overflows"] == expected  # ... and so does the engine, through is_overflow
     scales = record["loss_scales"]
     assert scales[INJECTED_STEP] == scales[INJECTED_STEP - 1] / 2  # dynamic loss scale backed off
     assert_matches(record, ref, FP16)  # includes the lr: the scheduler skipped that step too
+
+
+@pytest.mark.fp16
+@pytest.mark.skipif(not NATIVE_FP16_HERE, reason=NO_NATIVE_FP16_REASON)
+@pytest.mark.parametrize("stage", STAGES)
+def test_fp16_native_path_reports_injected_overflow_and_skips_the_step(two_ranks: Path, stage: int) -> None:
+    record = load(two_ranks, f"fp16:{stage}")
+    assert record["emulated"] is False  # path: native (DeepSpeed's own CPU accelerator ran fp16)
+    _assert_fp16_skips_the_injected_overflow(record)
+
+
+@pytest.mark.fp16
+@pytest.mark.parametrize("stage", STAGES)
+def test_fp16_emulation_path_reports_injected_overflow_and_skips_the_step(
+    two_ranks_without_native_fp16: Path, stage: int
+) -> None:
+    record = load(two_ranks_without_native_fp16, f"fp16:{stage}")
+    assert record["native"] is False  # path: no native fp16 (this CPU's, or oneDNN capped below it)
+    assert record["emulated"] is True  # the opt-in emulation ran, and the harness labels it
+    _assert_fp16_skips_the_injected_overflow(record)
 
 
 @pytest.mark.parametrize("stage", CLIP_STAGES)
@@ -239,11 +268,9 @@ def test_wrong_prepare_calls_are_explained(two_ranks: Path) -> None:
 
 
 @pytest.mark.fp16
-def test_fp16_without_opt_in_is_a_specific_error(two_ranks: Path) -> None:
-    record = load(two_ranks, "fp16_refused")
-    if record["native"]:  # a CPU with native fp16: DeepSpeed runs it, nothing to refuse
-        assert record["raised"] is None
-        return
+def test_fp16_without_opt_in_is_a_specific_error(two_ranks_without_native_fp16: Path) -> None:
+    record = load(two_ranks_without_native_fp16, "fp16_refused")
+    assert record["native"] is False  # path: no native fp16 (this CPU's, or oneDNN capped below it)
     assert record["raised"] == "UnsupportedPrecisionError"
     for part in ("fp16", "cpu_fp16_emulation=True", "bf16", "Fix:"):
         assert part in record["message"]

@@ -181,6 +181,8 @@ def check_train(stage: int, mixed_precision: str, out: Path, inject: int | None 
                 offload: bool = False) -> dict[str, Any]:
     """The MISSION loop; the state dict is also saved, as MISSION.md does, to
     OUT/state_dict_zero{stage}_{precision}[_clip].pt."""
+    from accelerate_core.strategies.deepspeed_accel import native_cpu_fp16_supported
+
     offloads = {"offload_optimizer_device": "cpu"} if offload else {}
     if offload and stage == 3:
         offloads["offload_param_device"] = "cpu"
@@ -195,6 +197,7 @@ def check_train(stage: int, mixed_precision: str, out: Path, inject: int | None 
     accelerator.save(record["state_dict"], out / f"state_dict_zero{stage}_{mixed_precision}{suffix}.pt")
     record["unwrapped_type"] = type(accelerator.unwrap_model(model)).__name__
     record["emulated"] = accelerator.strategy.emulated
+    record["native"] = native_cpu_fp16_supported()  # DeepSpeed's own answer, in this process
     record["world"] = accelerator.num_processes
     accelerator.free_memory()
     return record
@@ -289,7 +292,6 @@ def check_fp16_refused() -> dict[str, Any]:
     """Without the opt-in, fp16 on a CPU lacking native fp16 is a specific error."""
     from accelerate_core.errors import UnsupportedPrecisionError
     from accelerate_core.strategies.deepspeed_accel import native_cpu_fp16_supported
-
     record: dict[str, Any] = {"native": native_cpu_fp16_supported(), "raised": None, "message": ""}
     try:
         accelerator, *_ = build(2, "fp16")

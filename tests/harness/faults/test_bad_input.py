@@ -13,6 +13,7 @@ from accelerate_core.imports import is_deepspeed_available
 from harness.cells import Cell
 from harness.judge import judge_record
 from harness.outcome import Status
+from tests.cpu_paths import WITHOUT_NATIVE_FP16
 from tests.harness.runner_helpers import SMALL_MATRIX, cells_by_id, run_harness, write_matrix
 
 EXIT_USAGE = 2
@@ -107,6 +108,7 @@ def test_compare_records_without_records(tmp_path: Path) -> None:
 
 
 def test_fp16_deepspeed_on_cpu_without_emulation_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    # A CPU without native fp16: this one's, or this one with oneDNN capped below it.
     matrix = SMALL_MATRIX.replace('strategy = ["single", "ddp"]', 'strategy = ["zero1"]')
     matrix = matrix.replace('precision = ["fp32"]', 'precision = ["fp16"]').replace('["ddp"]', '["zero1"]')
     report_dir = tmp_path / "r"
@@ -119,6 +121,7 @@ def test_fp16_deepspeed_on_cpu_without_emulation_is_skipped_with_the_reason(tmp_
         "cpu2",
         "--report-dir",
         str(report_dir),
+        env=WITHOUT_NATIVE_FP16,
     )
     assert done.returncode == 0, done.stderr
     cell = cells_by_id(report_dir)["regression-cpu2-zero1-fp16"]
