@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
 import torch
@@ -136,12 +135,10 @@ def test_dict_batches_and_hf_like_outputs(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", BUILTIN)
-def test_each_task_trains_well_under_a_second_and_learns(name: str) -> None:
+def test_each_task_learns(name: str) -> None:
+    # How long a task takes is a figure for benchmarks/task_cost.py, not a test: machines differ.
     task: Task = get_task(name)
-    train_reference(task, "fp32")  # warm-up (first-call costs are not the task's)
-    start = time.perf_counter()
     record = train_reference(task, "fp32")
-    assert time.perf_counter() - start < 1.0
     half = len(record.losses) // 2
     first, last = record.losses[:half], record.losses[half:]
     assert sum(last) / half < 0.9 * sum(first) / half, "the loss must fall visibly"
