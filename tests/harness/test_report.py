@@ -213,6 +213,13 @@ def test_environment_info_reads_versions_without_importing_deepspeed() -> None:
     assert info["deepspeed"] == expected and info["deepspeed_installed"] == (expected != "not installed")
     assert info["torch"] == metadata.version("torch") and info["name"] == "x"
     assert info["python"] == ".".join(map(str, sys.version_info[:3]))
+    cpu = info["machine"]["cpu"]  # what decides numerics here (accelerate_core.machine)
+    import torch
+
+    assert cpu["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert cpu["native_fp16"] == bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    assert set(cpu["flags"]) == {"avx2", "avx512f", "avx512_fp16", "avx512_bf16", "amx_bf16"}
+    assert info["machine"]["cuda"]["available"] == torch.cuda.is_available()
 
 
 def test_progress_prints_plain_lines_when_not_a_terminal() -> None:

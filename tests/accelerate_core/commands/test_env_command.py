@@ -57,3 +57,26 @@ def test_help_texts_name_every_command_and_flag() -> None:
     assert run_cli(["env", "--help"], env).returncode == 0
     bare = run_cli([], env)
     assert bare.returncode == 2 and "launch" in bare.stderr
+
+
+def test_env_names_what_decides_numerics_here(tmp_path: Path) -> None:
+    # Checked against what torch and the OS say in this process, not against a fixed machine;
+    # a capped oneDNN (as on a CPU without it) must read "no native fp16" and "refused".
+    from accelerate_core.machine import NUMERIC_ENVIRONMENT, cpu_model_and_flags
+
+    for cap, native in (({}, bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())),
+                        ({"DNNL_MAX_CPU_ISA": "AVX2"}, False)):
+        env = {**cli_environ(tmp_path), **cap}
+        result = run_cli(["env"], env)
+        assert result.returncode == 0, describe(result)
+        out = result.stdout
+        model, flags = cpu_model_and_flags()
+        assert row(out, "CPU").startswith(model)
+        if flags is not None:
+            assert row(out, "CPU flags").startswith(f"avx2 {'yes' if 'avx2' in flags else 'no'}, ")
+        assert row(out, "Native fp16 / bf16 (oneDNN)").startswith("yes" if native else "no")
+        assert row(out, "DeepSpeed on this CPU").startswith("fp16 native" if native else "fp16 refused")
+        assert row(out, "BLAS / oneDNN") and row(out, "Threads").startswith("intra-op ")
+        numerics = ", ".join(f"{k}={env[k]}" for k in NUMERIC_ENVIRONMENT if k in env) or "none set"
+        assert row(out, "Numerics environment") == numerics
+        assert ("DNNL_MAX_CPU_ISA=AVX2" in numerics) == bool(cap)

@@ -65,6 +65,13 @@ def _wait_for_hang(proc: subprocess.Popen[str], report_dir: Path, timeout: float
     time.sleep(1.0)  # well inside the hang
 
 
+def _what_ran(report_dir: Path) -> str:
+    """For a failure message: the launches' logs (seen once in a full-suite run under load: the
+    ranks were gone one second after the hanging cell started; not reproduced alone)."""
+    logs = sorted((report_dir / "launches").glob("*/launcher.log"))
+    return "\n".join(f"--- {log}:\n{log.read_text(errors='replace')[-3000:]}" for log in logs)
+
+
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_stops_every_rank_and_writes_the_partial_report(
     tmp_path: Path, sig: signal.Signals, code: int
@@ -73,7 +80,7 @@ def test_signal_stops_every_rank_and_writes_the_partial_report(
     try:
         _wait_for_hang(proc, report_dir)
         ranks = [p for p in processes_mentioning(str(tmp_path)) if "harness.worker" in " ".join(p.cmdline())]
-        assert len(ranks) >= 2  # torchrun + its 2 ranks are alive before the signal
+        assert len(ranks) >= 2, _what_ran(report_dir)  # torchrun + its 2 ranks are alive before the signal
         sent = time.monotonic()
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=30)
@@ -113,7 +120,7 @@ def test_sigkill_of_the_runner_still_leaves_no_process(tmp_path: Path) -> None:
     proc, _, report_dir = _start(tmp_path)
     try:
         _wait_for_hang(proc, report_dir)
-        assert len(processes_mentioning(str(tmp_path))) >= 3  # launcher + 2 ranks
+        assert len(processes_mentioning(str(tmp_path))) >= 3, _what_ran(report_dir)  # launcher + 2 ranks
         proc.kill()
         proc.wait(timeout=10)
     finally:
