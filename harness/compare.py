@@ -19,6 +19,7 @@ from accelerate_core.errors import explain
 from harness.cells import STRATEGIES, Cell
 from harness.outcome import Comparison
 from harness.record import Record
+from harness.tolerance_entry import read_entry
 
 MATRIX_PATH = Path(__file__).resolve().parents[1] / "matrix" / "matrix.toml"
 FAMILIES = {"single": "plain", "ddp": "plain", "zero1": "zero", "zero2": "zero", "zero3": "zero"}
@@ -51,19 +52,8 @@ def tolerance_for(precision: str, strategy: str, matrix_path: Path | None = None
         table = tomllib.load(handle).get("tolerances", {})
     entry = table.get(precision, {}).get(family)
     where = f"[tolerances.{precision}.{family}] in {path}"
-    if not isinstance(entry, dict):
-        raise ToleranceError(explain(where, "the section is missing",
-                                     [f"{p}.{f}" for p, fams in table.items() for f in fams],
-                                     "add it with rtol, atol and a reason"))
-    try:
-        rtol, atol, reason = float(entry["rtol"]), float(entry["atol"]), str(entry["reason"]).strip()
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ToleranceError(explain(where, f"entry {exc} is missing or not a number",
-                                     "rtol = <float>, atol = <float>, reason = <text>",
-                                     "complete the entry")) from None
-    if rtol < 0 or atol < 0 or not reason:
-        raise ToleranceError(explain(where, "rtol/atol must be >= 0 and the reason written out",
-                                     "rtol >= 0, atol >= 0, a non-empty reason", "fix the entry"))
+    sections = [f"{p}.{f}" for p, fams in table.items() for f in fams]
+    rtol, atol, reason = read_entry(entry, where, sections, ToleranceError)
     return Tolerance(precision=precision, family=family, rtol=rtol, atol=atol, reason=reason)
 
 

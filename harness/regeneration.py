@@ -13,6 +13,7 @@ from pathlib import Path
 import tomllib
 
 from harness.record import explain
+from harness.tolerance_entry import read_entry
 
 REGENERATION_TABLE = Path(__file__).resolve().parents[1] / "matrix" / "golden" / "regeneration.toml"
 
@@ -41,18 +42,6 @@ def regeneration_tolerance(precision: str, table_path: Path | None = None) -> Re
         raise RegenerationTableError(explain(f"regeneration table {path}", f"it cannot be read ({exc})",
                                              "a TOML file with [<precision>] rtol/atol/reason",
                                              "restore it from the repository")) from None
-    entry = table.get(precision)
-    where = f"[{precision}] in {path}"
-    if not isinstance(entry, dict):
-        raise RegenerationTableError(explain(where, "the section is missing", sorted(table),
-                                             "add it with rtol, atol and the measurement behind them"))
-    try:
-        rtol, atol, reason = float(entry["rtol"]), float(entry["atol"]), str(entry["reason"]).strip()
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RegenerationTableError(explain(where, f"entry {exc} is missing or not a number",
-                                             "rtol = <float>, atol = <float>, reason = <text>",
-                                             "complete the entry")) from None
-    if rtol < 0 or atol < 0 or not reason:
-        raise RegenerationTableError(explain(where, "rtol/atol must be >= 0 and the reason written out",
-                                             "rtol >= 0, atol >= 0, a non-empty reason", "fix the entry"))
+    rtol, atol, reason = read_entry(table.get(precision), f"[{precision}] in {path}", sorted(table),
+                                    RegenerationTableError)
     return RegenerationTolerance(precision=precision, rtol=rtol, atol=atol, reason=reason)
