@@ -40,10 +40,10 @@ OLDER_CPU = {"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "MKL_ENA
 # process, DeepSpeed training (all its fp16 paths), the harness loop against the goldens (27
 # ZeRO runs, fp16 through the emulation), availability, the fp16 fault cases, `env`.
 NUMERICS_TESTS = [
-    "tests/harness/test_golden.py",
-    "tests/harness/test_reference.py",
-    "tests/harness/test_availability.py",
-    "tests/harness/test_loop.py",
+    "tests/harness/truth/test_golden.py",
+    "tests/harness/truth/test_reference.py",
+    "tests/harness/spec/test_availability.py",
+    "tests/harness/rank/test_loop.py",
     "tests/harness/faults/test_bad_input.py",
     "tests/accelerate_core/test_accelerator_single.py",
     "tests/accelerate_core/test_deepspeed_training.py",
@@ -139,7 +139,7 @@ def tests(session: nox.Session, env: str) -> None:
 
 @nox.session(python=PYTHON)
 def golden(session: nox.Session) -> None:
-    """Goldens come from plain torch (harness.reference): no deepspeed needed."""
+    """Goldens come from plain torch (harness.truth.reference): no deepspeed needed."""
     _install(session, "test")
     session.run("python", "-m", "harness", "golden", *(session.posargs or ["--check"]))
 

@@ -15,7 +15,8 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torch.utils.data import DataLoader
 
-from accelerate_core import checkpointing, ops
+import accelerate_core.checkpointing as checkpointing
+import accelerate_core.ops as ops
 from accelerate_core.connector import Resolved, connect
 from accelerate_core.data import DataState, PreparedDataLoader, SkippedDataLoader
 from accelerate_core.deepspeed_plugin import DeepSpeedPlugin
@@ -67,6 +68,10 @@ class Accelerator:
     @property
     def gradient_accumulation_steps(self) -> int:
         return self._resolved.gradient_accumulation_steps
+
+    def loss_scale(self) -> float | None:
+        """The current fp16 loss scale (amp's GradScaler or DeepSpeed's engine), else None."""
+        return self._strategy.loss_scale()
 
     @property
     def device(self) -> torch.device:
@@ -204,11 +209,9 @@ class Accelerator:
         path = Path(directory)
         if self.is_main_process:
             path.mkdir(parents=True, exist_ok=True)
-        # A strategy that detects a call on some ranks only (DeepSpeed) checks before the plain
-        # barrier below, which would otherwise hang instead of raising CollectiveMisuseError.
-        check_arrival = getattr(self._strategy, "check_every_rank_arrives", None)
-        if check_arrival is not None:
-            check_arrival("accelerator.save_state(dir)")
+        # Before the plain barrier below, which would hang where a strategy that can detect a
+        # call on some ranks only (DeepSpeed) raises CollectiveMisuseError instead.
+        self._strategy.check_every_rank_arrives("accelerator.save_state(dir)")
         self.wait_for_everyone()
         extra = {"dataloader_epochs": [d.epoch for d in self._dataloaders]}
         self._strategy.save_state(path, self._models, [o.optimizer for o in self._optimizers],

@@ -1,9 +1,9 @@
 """The launch config: what `accelerate-core config` writes and `accelerate-core launch` reads.
 
-A versioned, flat YAML file (see flat_yaml.py). Every key is checked: an unknown key, a value
-outside its choices or a pair of settings that contradict each other is a ConfigFileError that
-names the file, the key, the valid values and the fix. The launcher turns a LaunchConfig into a
-LaunchSettings (launch_env.py), the only way settings reach `Accelerator()`.
+A versioned, flat YAML file (read and written by config_file.py). Every key is checked: an
+unknown key, a value outside its choices or a pair of settings that contradict each other is a
+ConfigFileError that names the file, the key, the valid values and the fix. The launcher turns
+a LaunchConfig into a LaunchSettings (launch_env.py), the only way settings reach `Accelerator()`.
 
 A value may be null: unset. Launch then passes nothing for it, so the script's own
 `Accelerator(...)` arguments decide (else the built-in default); a value that is set is binding,
@@ -30,16 +30,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from accelerate_core import flat_yaml
+from accelerate_core import config_file
+from accelerate_core.choices import BACKENDS, MIXED_PRECISIONS, OFFLOAD_DEVICES, ZERO_STAGES
 from accelerate_core.errors import ConfigFileError, ConflictingSettingsError, InvalidSettingError, explain
-from accelerate_core.launch_env import (
-    BACKENDS,
-    MIXED_PRECISIONS,
-    OFFLOAD_DEVICES,
-    ZERO_STAGES,
-    LaunchSettings,
-    config_file_from_environ,
-)
+from accelerate_core.launch_env import LaunchSettings, config_file_from_environ
 
 CONFIG_VERSION = 1
 # Keys of a Hugging Face accelerate config: a file with these is not ours, say so.
@@ -76,7 +70,7 @@ class LaunchConfig:
     def processes_per_machine(self) -> int:
         return self.num_processes // self.num_machines
 
-    def to_mapping(self) -> dict[str, flat_yaml.Scalar]:
+    def to_mapping(self) -> dict[str, config_file.Scalar]:
         return {"version": CONFIG_VERSION, **asdict(self)}
 
     def to_launch_settings(self, only: set[str] | None = None) -> LaunchSettings:
@@ -265,13 +259,13 @@ def default_config_path() -> Path:
 
 def read_mapping(path: Path) -> dict[str, Any]:
     """The raw mapping of a config file, version and keys checked (values checked by from_mapping)."""
-    data = flat_yaml.load(path)
+    data = config_file.load(path)
     from_mapping(data, f"config file {path}")  # validate the file as a whole
     return data
 
 
 def load_config(path: Path) -> LaunchConfig:
-    return from_mapping(flat_yaml.load(path), f"config file {path}")
+    return from_mapping(config_file.load(path), f"config file {path}")
 
 
 def save_config(config: LaunchConfig, path: Path) -> None:
@@ -285,7 +279,7 @@ def save_config(config: LaunchConfig, path: Path) -> None:
               "A value that is set is binding: an Accelerator(...) argument that contradicts it\n"
               "stops the run with an error.")
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = flat_yaml.dump(config.to_mapping(), header=header)
+    text = config_file.dump(config.to_mapping(), header=header)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)  # never leave a half-written config behind

@@ -12,10 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelerate_core.choices import OFFLOAD_DEVICES, ZERO_STAGES
 from accelerate_core.errors import InvalidSettingError, explain
-
-ZERO_STAGES = (0, 1, 2, 3)
-OFFLOAD_DEVICES = ("none", "cpu")
 
 
 @dataclass

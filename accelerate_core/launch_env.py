@@ -11,14 +11,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from accelerate_core.choices import BACKENDS, MIXED_PRECISIONS, OFFLOAD_DEVICES, ZERO_STAGES
 from accelerate_core.errors import InvalidSettingError, explain
 
 PREFIX = "ACCELERATE_CORE_"
-
-BACKENDS = ("single", "ddp", "deepspeed")
-MIXED_PRECISIONS = ("no", "fp16", "bf16")
-ZERO_STAGES = (0, 1, 2, 3)
-OFFLOAD_DEVICES = ("none", "cpu")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 

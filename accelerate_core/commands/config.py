@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelerate_core.choices import BACKENDS, MIXED_PRECISIONS, OFFLOAD_DEVICES
 from accelerate_core.commands.questions import Asker
 from accelerate_core.config import LaunchConfig, default_config_path, save_config
 from accelerate_core.imports import DEEPSPEED_INSTALL_HINT, is_deepspeed_available
-from accelerate_core.launch_env import BACKENDS, MIXED_PRECISIONS, OFFLOAD_DEVICES
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from accelerate_core import flat_yaml
-from accelerate_core.config import default_config_path, from_mapping
+from accelerate_core.config import default_config_path, read_mapping
+from accelerate_core.config_file import Scalar
 from accelerate_core.errors import AccelerateCoreError
 from accelerate_core.imports import is_deepspeed_available
 from accelerate_core.machine import describe_machine
@@ -102,15 +102,14 @@ def _config_rows(config_file: str | None) -> list[tuple[str, str]]:
         return [("Config file", f"{path} (not present: launch uses flags and defaults)")]
     rows = [("Config file", str(path))]
     try:
-        data = flat_yaml.load(path)
-        from_mapping(data, f"config file {path}")
+        data = read_mapping(path)
     except AccelerateCoreError as exc:
         return [*rows, ("Config problem", str(exc))]
     rows.extend((f"  {key}", _text(value)) for key, value in data.items())
     return rows
 
 
-def _text(value: flat_yaml.Scalar) -> str:
+def _text(value: Scalar) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelerate_core import flat_yaml
+from accelerate_core.choices import BACKENDS, MIXED_PRECISIONS, OFFLOAD_DEVICES
 from accelerate_core.commands.supervise import run_supervised
 from accelerate_core.config import (
     CONFIG_VERSION,
@@ -26,17 +26,11 @@ from accelerate_core.config import (
     default_config_path,
     from_mapping,
     parse_text,
+    read_mapping,
 )
 from accelerate_core.errors import InvalidSettingError, explain
 from accelerate_core.imports import require_deepspeed
-from accelerate_core.launch_env import (
-    BACKENDS,
-    CONFIG_FILE_VARIABLE,
-    MIXED_PRECISIONS,
-    OFFLOAD_DEVICES,
-    LaunchSettings,
-    config_file_from_environ,
-)
+from accelerate_core.launch_env import CONFIG_FILE_VARIABLE, LaunchSettings, config_file_from_environ
 
 DEFAULT_MULTI_NODE_PORT = 29500  # torchrun's default: every machine must agree on one port
 _DEEPSPEED_ONLY = ("zero_stage", "offload_optimizer_device", "offload_param_device", "cpu_fp16_emulation")
@@ -128,8 +122,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[LaunchConfig, set[str]]:
     file_data: dict[str, Any] = {}
     source = "launch flags"
     if path.is_file():
-        file_data = flat_yaml.load(path)
-        from_mapping(file_data, f"config file {path}")  # the file must be valid on its own
+        file_data = read_mapping(path)  # the file must be valid on its own
         file_data.pop("version", None)
         source = f"config file {path} with the launch flags"
     elif named:

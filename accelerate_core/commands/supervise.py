@@ -4,8 +4,9 @@ Why this is more than `subprocess.run`: torchrun starts every rank in a session 
 killing torchrun's process group does not reach the ranks, and a torchrun killed hard leaves
 them orphaned. On Linux the launcher therefore makes itself a *child subreaper*: whatever the
 run leaves orphaned is re-parented to the launcher instead of init, where the launcher can find
-it (by walking /proc) and stop it once the run is over. Signals are forwarded to the child's
-process group; torchrun passes them on to every rank and stops siblings when one rank fails.
+it (psutil lists this process's descendants) and stop it once the run is over. Signals are
+forwarded to the child's process group; torchrun passes them on to every rank and stops siblings
+when one rank fails.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import FrameType
+
+import psutil
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -55,29 +58,13 @@ def _die_with_launcher(launcher_pid: int) -> Callable[[], None] | None:
 
 
 def descendants(root: int) -> list[int]:
-    """Pids below `root` in the process tree, read from /proc (empty where there is no /proc)."""
-    children: dict[int, list[int]] = {}
+    """Pids below `root` in the process tree, zombies included (they still need reaping)."""
     try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as stat:
-                # The command name may hold spaces and parentheses: split after the last ')'.
-                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # exited while we looked
-        children.setdefault(ppid, []).append(int(entry))
-    found: list[int] = []
-    stack = list(children.get(root, []))
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack.extend(children.get(pid, []))
-    return found
+        # One snapshot of every process's parent, walked from `root`; processes that exit while
+        # it is taken are skipped by psutil, not raised.
+        return [child.pid for child in psutil.Process(root).children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []  # `root` itself is gone, or the platform will not tell
 
 
 def _signal_tree(pids: Sequence[int], sig: int) -> None:

@@ -37,10 +37,9 @@ from typing import Any
 
 import torch
 
+from accelerate_core.choices import MIXED_PRECISIONS
 from accelerate_core.errors import InvalidSettingError, explain
 from accelerate_core.precision.base import Precision
-
-MIXED_PRECISIONS = ("no", "fp16", "bf16")
 
 # torch.amp.GradScaler defaults: init_scale 2**16, growth_interval 2000, backoff on every overflow.
 GRAD_SCALER_EQUIVALENT_FP16: dict[str, Any] = {
@@ -77,11 +76,18 @@ class DeepSpeedPrecision(Precision):
 
     @property
     def loss_scale(self) -> float | None:
-        """The engine's current dynamic loss scale under fp16 (after the last step), else None."""
+        """The engine's current dynamic loss scale under fp16 (after the last step), else None.
+
+        DeepSpeed has no public accessor: its fp16 optimizers (ZeRO 1-3, fused and unfused) keep
+        the scale as `loss_scale`, older ones as `cur_scale`, a float or a 0-dim tensor."""
         if self.mixed_precision != "fp16" or self._engine is None:
             return None
-        scale = getattr(self._engine.optimizer, "loss_scale", None)
-        return None if scale is None else float(scale)
+        optimizer = getattr(self._engine, "optimizer", None)
+        for name in ("loss_scale", "cur_scale"):
+            value = getattr(optimizer, name, None)
+            if isinstance(value, (int, float, torch.Tensor)) and not isinstance(value, bool):
+                return float(value)
+        return None
 
     @property
     def dtype(self) -> torch.dtype:

@@ -35,6 +35,18 @@ class Strategy(ABC):
     def root_device(self) -> torch.device:
         """Where this rank's model and batches live."""
 
+    @property
+    def registered_name(self) -> str:
+        """The registry name of what runs (single, ddp, zero1-3): read from the strategy object,
+        so a record says what ran, not what was asked for."""
+        return self.name
+
+    @property
+    def emulated(self) -> bool:
+        """True when the precision runs through an emulation rather than native kernels (DeepSpeed
+        fp16 on a CPU without native fp16, opted into); the harness labels such runs."""
+        return False
+
     def setup_environment(self) -> None:  # noqa: B027 - optional hook
         """Initialise the process group when the backend needs one (reuse one that exists)."""
 
@@ -64,6 +76,13 @@ class Strategy(ABC):
     def zero_grad(self, optimizer: Any, set_to_none: bool = True) -> None:
         optimizer.zero_grad(set_to_none=set_to_none)
 
+    def loss_scale(self) -> float | None:
+        """The current fp16 loss scale (after the last step), None when nothing scales the loss.
+
+        The precision knows it: the GradScaler's under amp, the engine's under DeepSpeed (whose
+        precision object is attached to the engine), so no backend needs to override this."""
+        return self.precision.loss_scale
+
     @abstractmethod
     def clip_grad_norm_(
         self, parameters: Iterable[nn.Parameter], max_norm: float, norm_type: float = 2.0
@@ -78,6 +97,12 @@ class Strategy(ABC):
     def get_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The full state dict in fp32 (or its own dtype) on CPU. A collective: call on every
         rank; the main process gets the full dict (other ranks may get it too, or an empty one)."""
+
+    def check_every_rank_arrives(self, what: str) -> None:  # noqa: B027 - optional hook
+        """Raise CollectiveMisuseError when `what` (a collective) was called on some ranks only.
+
+        The Accelerator calls it before its own barriers, which would hang instead. A no-op for
+        backends that cannot detect it; DeepSpeed's strategy checks with a timeout."""
 
     @abstractmethod
     def save_state(self, directory: Path, models: Sequence[nn.Module], optimizers: Sequence[Any],

@@ -88,6 +88,10 @@ class DeepSpeedStrategy(Strategy):
     def zero_stage(self) -> int:
         return self.plugin.zero_stage
 
+    @property
+    def registered_name(self) -> str:
+        return f"zero{self.zero_stage}"
+
     def setup_environment(self) -> None:
         prepare_accelerator_choice(self.root_device)
         backend = "gloo" if self.root_device.type == "cpu" else "nccl"

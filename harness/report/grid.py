@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.outcome import CellResult
+from harness.truth.outcome import CellResult
 
 
 def column_of(result: CellResult) -> str:

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from harness.outcome import CellResult, Status
 from harness.report.grid import Grid
 from harness.report.summary import by_severity, headline, ok
 from harness.report.svg import loss_curve_svg
 from harness.report.text import DETAIL_TAIL_CHARS, comparison_line
+from harness.truth.outcome import CellResult, Status
 
 COLOUR = {
     Status.PASSED: "#2e7d32",

@@ -12,8 +12,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from harness.outcome import CellResult
 from harness.report.summary import counts, ok
+from harness.truth.outcome import CellResult
 
 SCHEMA_VERSION = 1
 

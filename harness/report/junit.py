@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from typing import Any
 
-from harness.outcome import CellResult, Status
 from harness.report.text import failure_text
+from harness.truth.outcome import CellResult, Status
 
 _FAILURE = (Status.FAILED, Status.XPASSED)
 _ERROR = (Status.ERROR, Status.TIMEOUT, Status.CRASHED)

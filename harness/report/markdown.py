@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.outcome import CellResult, Status
 from harness.report.grid import Grid
 from harness.report.summary import SYMBOL, by_severity, headline, ok, unexpected
 from harness.report.text import DETAIL_TAIL_CHARS, failure_text
+from harness.truth.outcome import CellResult, Status
 
 
 def _cell(text: object) -> str:

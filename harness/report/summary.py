@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from harness.outcome import CellResult, Status
+from harness.truth.outcome import CellResult, Status
 
 # Worst first: the order problems are listed in every report.
 SEVERITY = (

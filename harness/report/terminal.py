@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from harness.outcome import CellResult, Status
 from harness.report.summary import SYMBOL, by_severity, headline
+from harness.truth.outcome import CellResult, Status
 
 FOLD_AT = 3  # more passed (or same-reason skipped) cells than this share one row
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.outcome import CellResult, Comparison, Status
+from harness.truth.outcome import CellResult, Comparison, Status
 
 DETAIL_TAIL_CHARS = 4000  # enough for a traceback or a stack dump's end, small enough to read
 

@@ -6,13 +6,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from accelerate_core.errors import explain
-from harness.outcome import CellResult
-from harness.report.atomic import write_text_atomic
+from harness.atomic_files import write_text_atomic
+from harness.errors import ReportDirError, explain
 from harness.report.html import render_html
 from harness.report.jsonfile import render_json
 from harness.report.junit import render_junit
 from harness.report.markdown import render_markdown
+from harness.truth.outcome import CellResult
 
 Renderer = Callable[[Sequence[CellResult], dict[str, Any]], str]
 
@@ -25,8 +25,6 @@ REPORT_FILES: dict[str, Renderer] = {
 }
 
 
-class ReportDirError(OSError):
-    """The report directory cannot be created or written."""
 
 
 def write_reports(results: list[CellResult], environment: dict[str, Any], report_dir: Path) -> None:

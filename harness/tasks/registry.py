@@ -10,7 +10,7 @@ _TASKS: dict[str, Task] = {}
 
 def register_task(task: Task) -> Task:
     """Add `task` under `task.name`; registering the same definition twice is harmless."""
-    from harness.cells import TASK_NAME
+    from harness.spec.cell import TASK_NAME
 
     if not TASK_NAME.match(task.name):
         raise ValueError(

@@ -4,12 +4,12 @@ plain-PyTorch loop (`plain_reference`, no accelerate_core).
 
 - A root-owned parameter with a nested frozen-dataclass output under ZeRO-3 (DeepSpeed alone:
   "The size of tensor a (0) must match ..." in the first backward, reproduced by
-  tests/harness/test_loop.py) trains like plain PyTorch, and the user still gets the dataclass.
+  tests/harness/rank/test_loop.py) trains like plain PyTorch, and the user still gets the dataclass.
 - fp32 buffers in a bf16 engine behave as under torch.autocast (the amp reference): a buffer in a
   matmul no longer fails, buffers stay fp32 and unchanged, and training matches the autocast
   reference within the documented bf16 tolerance (5e-2, as in test_deepspeed_training.py).
 - 0-dim parameters under ZeRO 1-3 (DeepSpeed alone: "self.dim() cannot be 0 to view Float as
-  Byte" in deepspeed.initialize, reproduced by tests/harness/test_loop.py) are broadcast from
+  Byte" in deepspeed.initialize, reproduced by tests/harness/rank/test_loop.py) are broadcast from
   rank 0 and train like plain PyTorch, keeping their 0-dim shape for the user and in the state dict.
 - save_state called on the main process only raises CollectiveMisuseError instead of hanging.
 """

@@ -13,6 +13,8 @@ from typing import Any
 
 import psutil
 
+from harness.paths import MATRIX_PATH
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # A small real matrix: the `regression` task (its goldens are checked in) on one process and on
@@ -46,9 +48,14 @@ reason = "fault canaries: only when named with -k canary"
 """
 
 
+# The repository's tolerance table: a matrix file carries its own (the run judges with them).
+_TOLERANCES = MATRIX_PATH.read_text()[MATRIX_PATH.read_text().index("[tolerances]"):]
+
+
 def write_matrix(directory: Path, text: str = SMALL_MATRIX, extra: str = "") -> Path:
     path = directory / "matrix.toml"
-    path.write_text(text + extra, encoding="utf-8")
+    tolerances = "" if "[tolerances" in text + extra else "\n" + _TOLERANCES
+    path.write_text(text + extra + tolerances, encoding="utf-8")
     return path
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.runner import launch_group_key
+from harness.run.runner import launch_group_key
 from tests.matrix.session import MatrixSession, cell_of
 
 _SESSION: MatrixSession | None = None

@@ -1,6 +1,6 @@
 """The matrix as pytest items: shared launches, cached results, reports of pytest runs.
 
-The first item of a launch group to run asks harness.runner.run_cells for every *selected*
+The first item of a launch group to run asks harness.run.runner.run_cells for every *selected*
 cell of its group at once (one launch, as `python -m harness run` does), caches the results,
 and each item then asserts its own. Under pytest-xdist (`-n 2 --dist loadgroup`), the first
 worker to reach a group runs it and the others read its results (a lock and a file per group),
@@ -27,11 +27,12 @@ from pathlib import Path
 import pytest
 
 from accelerate_core.imports import is_deepspeed_available
-from harness.cells import Cell, load_matrix
-from harness.outcome import CellResult
+from harness.atomic_files import write_text_atomic
 from harness.report import environment_info, write_reports
-from harness.report.atomic import write_text_atomic
-from harness.runner import RunInterrupted, RunOptions, launch_group_key, run_cells
+from harness.run.runner import RunInterrupted, RunOptions, launch_group_key, run_cells
+from harness.spec.cell import Cell
+from harness.spec.matrix import load_matrix
+from harness.truth.outcome import CellResult
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

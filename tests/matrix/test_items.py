@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from harness.cells import Cell, load_matrix
-from harness.outcome import CellResult, Status
+from harness.spec.cell import Cell
+from harness.spec.matrix import load_matrix
+from harness.truth.outcome import CellResult, Status
 from tests.matrix import session as session_module
 from tests.matrix.session import REPO_ROOT, MatrixSession
 
@@ -65,7 +66,7 @@ def recording_run_cells(calls: list[list[str]]) -> Any:
     def run_cells(cells: list[Cell], options: Any, progress: Any = None) -> list[CellResult]:
         calls.append([c.id for c in cells])
         return [
-            CellResult(c.id, c.task, c.device, c.strategy, c.processes, c.precision, Status.PASSED)
+            CellResult(c, Status.PASSED)
             for c in cells
         ]
 

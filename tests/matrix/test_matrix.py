@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cells import Cell, load_matrix
-from harness.outcome import Status
 from harness.report.text import failure_text
+from harness.spec.cell import Cell
+from harness.spec.matrix import load_matrix
+from harness.truth.outcome import Status
 from tests.matrix.session import MatrixSession, matrix_file
 
 

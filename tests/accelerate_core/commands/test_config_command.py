@@ -7,7 +7,7 @@ from subprocess import CompletedProcess
 
 import pytest
 
-from accelerate_core import flat_yaml
+from accelerate_core import config_file
 from accelerate_core.config import CONFIG_VERSION, LaunchConfig, default_config_path, load_config
 from tests.accelerate_core.commands.cli_helpers import cli_environ, describe, run_cli
 
@@ -30,7 +30,7 @@ def test_deepspeed_answers_write_the_expected_file(tmp_path: Path) -> None:
         backend="deepspeed", cpu=True, num_processes=2, mixed_precision="bf16", zero_stage=3,
         offload_optimizer_device="cpu", offload_param_device="none", gradient_accumulation_steps=4,
         gradient_clipping=1.5)
-    data = flat_yaml.loads(path.read_text())
+    data = config_file.load(path)
     assert data["version"] == CONFIG_VERSION and next(iter(data)) == "version"
 
 
@@ -59,7 +59,7 @@ def test_single_backend_asks_no_process_or_zero_questions(tmp_path: Path) -> Non
     assert "Mixed precision (no/fp16/bf16; 'no' is fp32, empty: the script decides)? [script decides]" \
         in result.stdout
     assert (config.mixed_precision, config.gradient_accumulation_steps) == (None, None)
-    data = flat_yaml.loads(path.read_text())
+    data = config_file.load(path)
     assert data["mixed_precision"] is None and data["gradient_accumulation_steps"] is None
     assert "null means unset" in path.read_text()
 

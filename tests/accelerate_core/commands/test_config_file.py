@@ -1,14 +1,16 @@
-"""The launch config file: versioned, strict, and read the same with or without PyYAML."""
+"""The launch config file: a flat YAML mapping (PyYAML's safe API), versioned and strict."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import yaml
 
-from accelerate_core import flat_yaml
+from accelerate_core import config_file
 from accelerate_core.config import (
     CONFIG_VERSION,
+    FIELD_NAMES,
     LaunchConfig,
     default_config_path,
     from_mapping,
@@ -19,55 +21,57 @@ from accelerate_core.config import (
 from accelerate_core.errors import ConfigFileError, ConflictingSettingsError
 from accelerate_core.launch_env import LaunchSettings
 
-try:
-    import yaml
-except ImportError:  # the small reader alone is still tested
-    yaml = None  # type: ignore[assignment]
-
-READERS = [False, pytest.param(True, marks=pytest.mark.skipif(yaml is None, reason="PyYAML not installed"))]
-
 
 def write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
 
 
-@pytest.mark.parametrize("use_pyyaml", READERS)
-def test_save_then_load_gives_back_the_same_config(tmp_path: Path, use_pyyaml: bool) -> None:
-    config = LaunchConfig(backend="deepspeed", cpu=True, num_processes=4, num_machines=2, machine_rank=1,
-                          main_process_ip="10.0.0.7", main_process_port=29501, mixed_precision="bf16",
-                          zero_stage=3, offload_optimizer_device="cpu", offload_param_device="cpu",
-                          gradient_accumulation_steps=4, gradient_clipping=1e-5)
+@pytest.mark.parametrize("config", [
+    LaunchConfig(backend="deepspeed", cpu=True, num_processes=4, num_machines=2, machine_rank=1,
+                 main_process_ip="10.0.0.7", main_process_port=29501, mixed_precision="bf16",
+                 zero_stage=3, offload_optimizer_device="cpu", offload_param_device="cpu",
+                 gradient_accumulation_steps=4, gradient_clipping=1e-5, cpu_fp16_emulation=False),
+    # "no" and "none" are words YAML 1.1 could misread (as false / a string "none"); null is unset.
+    LaunchConfig(backend="single", mixed_precision="no", gradient_clipping=1.0),
+    LaunchConfig(),
+], ids=["deepspeed", "yaml-words", "defaults"])
+def test_save_then_load_gives_back_the_same_config(tmp_path: Path, config: LaunchConfig) -> None:
     path = tmp_path / "sub" / "c.yaml"
     save_config(config, path)
-    data = flat_yaml.loads(path.read_text(), use_pyyaml=use_pyyaml)
-    assert data["version"] == CONFIG_VERSION
-    assert from_mapping(data, "test") == config
+    assert load_config(path) == config
+    text = path.read_text()
+    # Readable and in LaunchConfig's order: header comments, then one `name: value` per line.
+    assert text.startswith("# accelerate-core launch config")
+    body = [line for line in text.splitlines() if not line.startswith("#")]
+    assert [line.split(":")[0] for line in body] == ["version", *FIELD_NAMES]
+    # Every value comes back with its type (1e-05 a float, "no" a string, null None).
+    assert config_file.load(path) == config.to_mapping()
+    assert yaml.safe_load(text)["version"] == CONFIG_VERSION
 
 
-def test_small_reader_agrees_with_pyyaml_on_what_it_accepts() -> None:
-    if yaml is None:
-        pytest.skip("PyYAML not installed: nothing to compare with")
-    text = ("# comment\nversion: 1\nbackend: ddp   # trailing comment\nmixed_precision: 'no'\n"
-            'main_process_ip: "10.0.0.1"\nhost: 10.0.0.1\nflag: no\nother: On\nempty:\ntilde: ~\n'
-            "count: 12\nneg: -3\nratio: 0.25\nbig: 1.0e+16\nword: 1.0e5\nquote: 'it''s'\n"
-            'esc: "a\\tb"\n')
-    small = flat_yaml.loads(text, use_pyyaml=False)
-    assert small == yaml.safe_load(text)
-    assert small["flag"] is False and small["word"] == "1.0e5" and small["host"] == "10.0.0.1"
+@pytest.mark.parametrize(("text", "where", "why"), [
+    ("- version: 1\n- backend: ddp\n", "its top level", "it is a list, not a mapping"),
+    ("just words\n", "its top level", "it is a str, not a mapping"),
+    ("version: 1\nbackend:\n  name: ddp\n", "entry 'backend'", "flat mapping of names to scalars"),
+    ("version: 1\nnum_processes: [1, 2]\n", "entry 'num_processes'", "flat mapping of names to scalars"),
+    ("version: 1\n? [a, b]\n: 1\n", "its YAML", "does not parse"),
+    ("version: 1\nbackend: 'open\n", "its YAML", "does not parse"),
+    ("version: 1\nbackend: ddp\nbackend: single\n", "line 3 ('backend')", "the key 'backend' appears twice"),
+])
+def test_what_is_not_a_flat_mapping_is_refused_naming_the_file(
+        tmp_path: Path, text: str, where: str, why: str) -> None:
+    path = write(tmp_path / "c.yaml", text)
+    with pytest.raises(ConfigFileError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert f"config file {path}, {where}" in message and why in message and "Fix:" in message
 
 
-@pytest.mark.parametrize("line", ["x: 010", "x: 1_000", "x: 0x1f", "x: [1, 2]", "x: {a: 1}", "x: &a 1",
-                                  "x: 2024-01-31", "x: .inf", "  x: 1", "x 1", "x: 'open", "x: - 1"])
-def test_small_reader_refuses_what_it_would_guess(line: str) -> None:
-    with pytest.raises(ConfigFileError, match="config file"):
-        flat_yaml.loads(line + "\n", use_pyyaml=False)
-
-
-@pytest.mark.parametrize("use_pyyaml", READERS)
-def test_duplicate_keys_are_an_error(use_pyyaml: bool) -> None:
-    with pytest.raises(ConfigFileError, match="backend"):
-        flat_yaml.loads("backend: ddp\nbackend: single\n", use_pyyaml=use_pyyaml)
+def test_an_unreadable_or_empty_file_is_explained(tmp_path: Path) -> None:
+    with pytest.raises(ConfigFileError, match="cannot be read"):
+        config_file.load(tmp_path / "missing.yaml")
+    assert config_file.load(write(tmp_path / "empty.yaml", "# only a comment\n")) == {}
 
 
 def test_unknown_key_is_named_with_a_suggestion(tmp_path: Path) -> None:
@@ -132,19 +136,18 @@ def test_launch_settings_carry_only_what_was_said_and_deepspeed_keys_only_for_de
     assert LaunchSettings.from_environ(ds.to_environ()) == ds
 
 
-@pytest.mark.parametrize("use_pyyaml", READERS)
-def test_null_is_unset_and_an_older_files_values_read_as_before(use_pyyaml: bool) -> None:
-    unset = from_mapping(flat_yaml.loads(
+def test_null_is_unset_and_an_older_files_values_read_as_before() -> None:
+    unset = from_mapping(config_file.loads(
         "version: 1\nbackend: ddp\nnum_processes: 2\ncpu: null\nmixed_precision: null\n"
-        "gradient_accumulation_steps: ~\n", use_pyyaml=use_pyyaml), "test")
+        "gradient_accumulation_steps: ~\nmain_process_port:\n"), "test")
     assert (unset.cpu, unset.mixed_precision, unset.gradient_accumulation_steps) == (None, None, None)
     # Unset values reach no process: the script's Accelerator(...) arguments decide them.
     assert unset.to_launch_settings().to_environ() == {"ACCELERATE_CORE_BACKEND": "ddp"}
     # A file written before null was allowed (same version 1) still means what it meant: "no" is
     # a chosen fp32 and 1 a chosen accumulation, both passed on (and binding on the script).
-    old = from_mapping(flat_yaml.loads(
+    old = from_mapping(config_file.loads(
         'version: 1\nbackend: ddp\nnum_processes: 2\ncpu: false\nmixed_precision: "no"\n'
-        "gradient_accumulation_steps: 1\n", use_pyyaml=use_pyyaml), "test")
+        "gradient_accumulation_steps: 1\n"), "test")
     assert old.to_launch_settings().to_environ() == {
         "ACCELERATE_CORE_BACKEND": "ddp", "ACCELERATE_CORE_CPU": "0",
         "ACCELERATE_CORE_MIXED_PRECISION": "no", "ACCELERATE_CORE_GRADIENT_ACCUMULATION_STEPS": "1"}

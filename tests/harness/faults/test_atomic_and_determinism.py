@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.cells import Cell
-from harness.outcome import Status
-from harness.record import Record, RecordError
-from harness.runner import RunOptions, run_cells
+from harness.run.runner import RunOptions, run_cells
+from harness.spec.cell import Cell
+from harness.truth.outcome import Status
+from harness.truth.record import Record, RecordError
 from tests.harness.runner_helpers import assert_no_leftovers, cells_by_id, run_harness, write_matrix
 
 WRITER = """
 import sys
 from pathlib import Path
-from harness.worker import write_atomic
+from harness.atomic_files import write_text_atomic as write_atomic
 target = Path(sys.argv[1])
 for i in range(10**9):
     write_atomic(target, ("ab"[i % 2]) * 4_000_000)
@@ -30,7 +30,7 @@ for i in range(10**9):
 RECORD_WRITER = """
 import sys
 from pathlib import Path
-from harness.record import Record
+from harness.truth.record import Record
 stem = Path(sys.argv[1])
 records = [Record.load(Path(p)) for p in sys.argv[2:]]
 print("ready", flush=True)
@@ -59,7 +59,7 @@ def test_atomic_status_writes_survive_sigkill(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def two_records(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Two real, different records: the checked-in regression goldens at fp32 and bf16."""
-    from harness.golden import golden_stem
+    from harness.truth.golden import golden_stem
 
     return golden_stem("regression", "fp32"), golden_stem("regression", "bf16")
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from accelerate_core.imports import is_deepspeed_available
-from harness.cells import Cell
-from harness.judge import judge_record
-from harness.outcome import Status
+from harness.spec.cell import Cell
+from harness.spec.matrix import load_matrix
+from harness.truth.judge import judge_record
+from harness.truth.outcome import Status
 from tests.cpu_paths import WITHOUT_NATIVE_FP16
 from tests.harness.runner_helpers import SMALL_MATRIX, cells_by_id, run_harness, write_matrix
 
@@ -138,20 +139,21 @@ GOLDENS = Path(__file__).resolve().parents[3] / "matrix" / "golden"
 
 @pytest.fixture
 def broken_goldens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    import harness.golden
+    import harness.truth.golden
 
     golden_dir = tmp_path / "golden"
     golden_dir.mkdir()
     for suffix in (".json", ".safetensors"):
         shutil.copy(GOLDENS / f"regression-fp32{suffix}", golden_dir / f"regression-fp32{suffix}")
         shutil.copy(GOLDENS / f"regression-fp32{suffix}", tmp_path / f"regression-cpu1-single-fp32{suffix}")
-    monkeypatch.setattr(harness.golden, "GOLDEN_DIR", golden_dir)
+    monkeypatch.setattr(harness.truth.golden, "GOLDEN_DIR", golden_dir)
     return golden_dir
 
 
 def _judge(tmp_path: Path) -> tuple[Status, str]:
     cell = Cell.from_id("regression-cpu1-single-fp32")
-    result = judge_record(cell, tmp_path / cell.id, duration_s=1.0, emulated=False, env_name="t")
+    result = judge_record(cell, tmp_path / cell.id, duration_s=1.0, emulated=False, env_name="t",
+                          matrix=load_matrix())
     return result.status, result.reason
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cells import Cell
-from harness.outcome import Status
-from harness.runner import RunOptions, run_cells
+from harness.run.runner import RunOptions, run_cells
+from harness.spec.cell import Cell
+from harness.truth.outcome import Status
 from tests.harness.runner_helpers import assert_no_leftovers, cells_by_id, run_harness, write_matrix
 
 pytestmark = pytest.mark.slow  # real torchrun launches: seconds each

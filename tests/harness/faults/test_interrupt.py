@@ -79,7 +79,8 @@ def test_signal_stops_every_rank_and_writes_the_partial_report(
     proc, matrix, report_dir = _start(tmp_path)
     try:
         _wait_for_hang(proc, report_dir)
-        ranks = [p for p in processes_mentioning(str(tmp_path)) if "harness.worker" in " ".join(p.cmdline())]
+        ranks = [p for p in processes_mentioning(str(tmp_path))
+                 if "harness.rank.worker" in " ".join(p.cmdline())]
         assert len(ranks) >= 2, _what_ran(report_dir)  # torchrun + its 2 ranks are alive before the signal
         sent = time.monotonic()
         proc.send_signal(sig)

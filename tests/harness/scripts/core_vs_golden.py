@@ -12,10 +12,11 @@ import json
 import traceback
 from pathlib import Path
 
-from harness.compare import compare_record, diagnose, tolerance_for
-from harness.golden import load_golden
-from harness.loop import train_with_core
+from harness.rank.loop import train_with_core
+from harness.spec.matrix import load_matrix
 from harness.tasks import get_task
+from harness.truth.compare import compare_record, diagnose
+from harness.truth.golden import load_golden
 
 
 def main() -> None:
@@ -39,7 +40,7 @@ def main() -> None:
                 continue
             if record is None:
                 continue
-            golden, tolerance = load_golden(name, precision), tolerance_for(precision, strategy)
+            golden, tolerance = load_golden(name, precision), load_matrix().tolerance_for(precision, strategy)
             comparisons = compare_record(record, golden, tolerance)
             cell = f"{name}-cpu{record.fingerprint.world_size}-{strategy}-{precision}"
             entry.update(ok=all(c.ok for c in comparisons), diagnosis=diagnose(cell, comparisons, record),

@@ -1,0 +1,1 @@
+"""The command line: python -m harness list | run | golden | ci."""

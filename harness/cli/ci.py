@@ -1,0 +1,165 @@
+"""CI workflows rendered from matrix/matrix.toml: one GitHub Actions job per environment.
+
+`python -m harness ci` writes them; `python -m harness ci --check` (and tests/harness/cli/test_ci.py)
+fail when the committed files and the matrix disagree, so the matrix stays the one source.
+
+Each `[environments.NAME]` of the matrix becomes a job: CPU jobs on hosted runners (deepspeed
+installed / absent), GPU jobs on self-hosted runners chosen by the labels in `runs_on`. The
+deepspeed CPU job waits for the nodeepspeed one and compares its non-DeepSpeed records with
+that job's (`--compare-records`): the cross-environment check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.paths import REPO_ROOT
+from harness.spec.matrix import Environment, load_matrix
+
+WORKFLOW = ".github/workflows/matrix.yml"
+TORCH = "torch==2.13.0"  # pinned, installed first: the project's range would pull a newer build
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # the CPU wheel; the default one is a CUDA build
+HEADER = (
+    "# GENERATED from matrix/matrix.toml by `python -m harness ci`: do not edit by hand.\n"
+    "# `python -m harness ci --check` (and tests/harness/cli/test_ci.py) fail when this file and the\n"
+    "# matrix disagree.\n"
+)
+# The nodeepspeed job's records feed the deepspeed job's cross-environment check.
+CROSS_CHECK = {"deepspeed": "nodeepspeed"}
+
+
+def job_id(env: Environment) -> str:
+    return env.name.replace("_", "-")
+
+
+def _markexpr(env: Environment) -> str:
+    """The -m selection of a job: the environment's own, or every cell of its device."""
+    if env.markexpr:
+        return env.markexpr
+    # Every CUDA cell carries `gpu` or `multi_gpu` (Cell.markers), so this is "the CPU cells".
+    return "not gpu and not multi_gpu" if env.device == "cpu" else "gpu or multi_gpu"
+
+
+def _install(env: Environment) -> str:
+    torch = f"python -m pip install {TORCH}" + (f" --index-url {CPU_INDEX}" if env.device == "cpu" else "")
+    extras = ",".join(env.extras)
+    project = f'python -m pip install -e ".[{extras}]"' if extras else "python -m pip install -e ."
+    return "\n".join(["python -m pip install --upgrade pip", torch, project, "python -m pip list"]) + "\n"
+
+
+def _job(env: Environment, environments: dict[str, Environment]) -> dict[str, Any]:
+    report_dir = f"reports/{env.name}"
+    markexpr = _markexpr(env)
+    hosted = list(env.runs_on) == ["ubuntu-latest"] or "self-hosted" not in env.runs_on
+    steps: list[dict[str, Any]] = [{"uses": "actions/checkout@v4"}]
+    if hosted:
+        steps.append({"uses": "actions/setup-python@v5", "with": {"python-version": "3.11"}})
+    steps.append(
+        {
+            "name": "Virtual environment",
+            "run": 'python3 -m venv .venv\necho "$PWD/.venv/bin" >> "$GITHUB_PATH"\n',
+        }
+    )
+    steps.append({"name": "Install (torch first, pinned)", "run": _install(env)})
+    # The unit tests first (CUDA tests skip themselves without a device); the matrix runs even
+    # when they fail, so one job shows both answers.
+    steps.append({"name": "Tests", "run": 'python -m pytest tests -m "not matrix" -ra\n'})
+    run = f'python -m harness run --env-name {env.name} --report-dir {report_dir} -m "{markexpr}"'
+    job: dict[str, Any] = {"name": env.description or env.name, "runs-on": list(env.runs_on)}
+    other = CROSS_CHECK.get(env.name)
+    if other in environments:
+        # Runs also when the other job failed: a regression there must not hide this report.
+        job["needs"] = [job_id(environments[other])]
+        job["if"] = "${{ !cancelled() }}"
+        steps.append(
+            {
+                "name": f"Records of {other}",
+                "uses": "actions/download-artifact@v4",
+                "continue-on-error": True,
+                "with": {"name": f"report-{other}", "path": f"reports/{other}"},
+            }
+        )
+        run = (
+            f"if [ -f reports/{other}/report.json ]; then\n"
+            f"  {run} --compare-records reports/{other}\n"
+            f"else\n"
+            f'  echo "::warning::no records of {other}: cross-environment check not run"\n'
+            f"  {run}\n"
+            f"fi"
+        )
+    if not hosted:
+        # Self-hosted runners must not run code from forks' pull requests.
+        job["if"] = (
+            "github.event_name != 'pull_request' || "
+            "github.event.pull_request.head.repo.full_name == github.repository"
+        )
+    steps.append({"name": "Matrix", "if": "${{ !cancelled() }}", "run": run + "\n"})
+    steps.append(
+        {
+            "name": "Step summary",
+            "if": "always()",
+            "run": f'cat {report_dir}/report.md >> "$GITHUB_STEP_SUMMARY" || true\n',
+        }
+    )
+    steps.append(
+        {
+            "name": "Upload report",
+            "if": "always()",
+            "uses": "actions/upload-artifact@v4",
+            "with": {"name": f"report-{env.name}", "path": report_dir, "if-no-files-found": "warn"},
+        }
+    )
+    job["timeout-minutes"] = 60
+    job["steps"] = steps
+    return job
+
+
+def workflow(matrix_path: str | Path | None = None) -> dict[str, Any]:
+    """The workflow as data (what the YAML text parses back to)."""
+    matrix = load_matrix(matrix_path)
+    envs = matrix.environments
+    return {
+        "name": "matrix",
+        "on": {"push": {"branches": ["main"]}, "pull_request": {}, "workflow_dispatch": {}},
+        "concurrency": {"group": "matrix-${{ github.ref }}", "cancel-in-progress": True},
+        "permissions": {"contents": "read"},
+        "jobs": {job_id(env): _job(env, envs) for env in envs.values()},
+    }
+
+
+# Long `if:` expressions and shell lines stay on one line (PyYAML folds at 80 columns otherwise).
+_LINE_WIDTH = 4096
+
+
+def to_yaml(data: dict[str, Any]) -> str:
+    """Block-style YAML in the data's own key order. safe_dump quotes whatever YAML would read as
+    something else (`on` becomes 'on', a key GitHub still reads by name; '3.11' stays a string)."""
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=_LINE_WIDTH)
+
+
+def render_workflows(matrix_path: str | Path | None = None) -> dict[str, str]:
+    """Relative path -> YAML text of every workflow the matrix defines."""
+    return {WORKFLOW: HEADER + to_yaml(workflow(matrix_path))}
+
+
+def stale_workflows(root: Path = REPO_ROOT, matrix_path: str | Path | None = None) -> list[str]:
+    """Paths whose committed text differs from the rendering (missing files included)."""
+    stale = []
+    for rel, text in render_workflows(matrix_path).items():
+        path = root / rel
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            stale.append(rel)
+    return stale
+
+
+def write_workflows(root: Path = REPO_ROOT, matrix_path: str | Path | None = None) -> list[str]:
+    """Write every rendered workflow under `root`; returns the paths written."""
+    from harness.atomic_files import write_text_atomic
+
+    rendered = render_workflows(matrix_path)
+    for rel, text in rendered.items():
+        write_text_atomic(root / rel, text)
+    return list(rendered)

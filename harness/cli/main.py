@@ -1,0 +1,151 @@
+"""`python -m harness list|run|golden|ci`.
+
+Exit codes: 0 nothing failed unexpectedly; 1 a cell failed (failed, xpassed, error, timeout,
+crashed) or goldens/workflows differ; 2 bad input (the message says what, why, valid, fix);
+130/143 interrupted by SIGINT/SIGTERM (the partial report is written first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.errors import EXIT_FAILED, EXIT_USAGE, HarnessError
+
+EXIT_OK = 0
+
+
+def _selection_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k grammar over cell ids")
+    parser.add_argument("-m", dest="markexpr", metavar="MARKEXPR", help="pytest marker expression")
+    parser.add_argument("--matrix", type=Path, default=None, help="matrix file (default matrix/matrix.toml)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(
+            f"--timeout {text!r}: it is not a positive number of seconds. Valid: e.g. 30 or 120.5. "
+            "Fix: give the seconds one cell may take"
+        )
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    lister = sub.add_parser("list", help="list the selected cells and whether each runs here")
+    _selection_args(lister)
+    run = sub.add_parser("run", help="run the selected cells and write a report")
+    _selection_args(run)
+    run.add_argument("--report-dir", type=Path, default=None, help="default reports/<env-name>")
+    run.add_argument("--isolate", action="store_true", help="one launch per cell")
+    run.add_argument("--timeout", type=_seconds, default=120.0, metavar="SECONDS", help="per cell")
+    again = run.add_mutually_exclusive_group()
+    again.add_argument("--resume", type=Path, metavar="DIR", help="run only cells missing or failed in DIR")
+    again.add_argument("--last-failed", action="store_true", help="--resume the report dir")
+    run.add_argument("--env-name", default=None, help="environment of matrix.toml (default: detected)")
+    run.add_argument(
+        "--compare-records",
+        type=Path,
+        metavar="DIR",
+        help="another environment's report dir: non-DeepSpeed records must be identical",
+    )
+    run.add_argument("--no-emulation", action="store_true", help="skip fp16 DeepSpeed CPU cells")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    golden = sub.add_parser("golden", help="check (default) or update the golden baselines")
+    golden.add_argument("--update", action="store_true")
+    golden.add_argument("--check", action="store_true")
+    golden.add_argument("--task", action="append", default=None)
+    golden.add_argument("--precision", action="append", default=None)
+    ci = sub.add_parser("ci", help="write .github/workflows from matrix.toml")
+    ci.add_argument("--check", action="store_true", help="exit 1 when committed files differ")
+    ci.add_argument("--matrix", type=Path, default=None)
+    return parser
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from harness.cli.run import selected_cells
+    from harness.spec.availability import check, probe_host
+
+    matrix, cells = selected_cells(args)
+    host = probe_host()
+    for cell in cells:
+        verdict = check(cell, host)
+        expected = matrix.expected_outcome(cell)
+        state = (
+            "runs" + (" (emulated)" if verdict.emulated else "")
+            if verdict.runnable
+            else "skip: " + verdict.reason
+        )
+        note = f"  [expected: {expected.status}: {expected.reason}]" if expected else ""
+        print(f"{cell.id:<36} {','.join(cell.markers):<32} {state}{note}")
+    print(f"{len(cells)} cell(s)")
+    return EXIT_OK
+
+
+def cmd_golden(args: argparse.Namespace) -> int:
+    from harness.truth import golden
+
+    if args.update:
+        checks = golden.update_goldens(tasks=args.task, precisions=args.precision)
+    else:
+        checks = golden.check_goldens(tasks=args.task, precisions=args.precision)
+    for check in checks:
+        print(check.summary())
+        for line in check.differences:
+            print(f"    {line}")
+    if args.update:
+        rewritten = sum(check.rewritten for check in checks)
+        print(f"{rewritten} golden(s) rewritten, {len(checks) - rewritten} kept" if rewritten
+              else "goldens unchanged")
+        return EXIT_OK
+    failed = [check for check in checks if not check.passed]
+    if failed:
+        print(f"{len(failed)} of {len(checks)} golden(s) changed or missing. Fix: find out why they "
+              "moved; if the change is intended, `python -m harness golden --update "
+              + " ".join(f"--task {t}" for t in sorted({c.label.rsplit('-', 1)[0] for c in failed}))
+              + "` and review the diff")
+        return EXIT_FAILED
+    print(f"{len(checks)} golden(s) reproduce (bit-identical or within the regeneration tolerance)")
+    return EXIT_OK
+
+
+def cmd_ci(args: argparse.Namespace) -> int:
+    from harness.cli import ci
+
+    if args.check:
+        stale = ci.stale_workflows(matrix_path=args.matrix)
+        for path in stale:
+            print(f"{path}: differs from what `python -m harness ci` renders from matrix.toml")
+        return EXIT_FAILED if stale else EXIT_OK
+    for path in ci.write_workflows(matrix_path=args.matrix):
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from accelerate_core.errors import ConfigFileError, InvalidSettingError
+    from harness.cli.run import cmd_run
+
+    commands = {"list": cmd_list, "run": cmd_run, "golden": cmd_golden, "ci": cmd_ci}
+    try:
+        return commands[args.command](args)
+    except HarnessError as exc:  # every message says what, why, what is valid, the fix
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (ConfigFileError, InvalidSettingError) as exc:  # the core's, for a file or value given here
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt as exc:  # outside a run's own handling (e.g. while loading inputs)
+        print(f"interrupted ({exc or 'SIGINT'})", file=sys.stderr)
+        return 143 if str(exc) == "SIGTERM" else 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""`python -m harness run`: select, check the inputs, run, report, decide the exit code.
+
+Every input is checked before the first launch (environment name, report dir, resume dir,
+comparison dir), so a typo costs a second, not a matrix run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from accelerate_core.imports import is_deepspeed_available
+from harness.errors import UsageError, explain
+from harness.spec.cell import Cell
+from harness.spec.matrix import Matrix, load_matrix
+from harness.spec.selection import opt_in_requested, select
+from harness.truth.outcome import CellResult, Status
+
+KEEP_ON_RESUME = (Status.PASSED, Status.SKIPPED, Status.XFAILED)
+
+
+
+
+def selected_cells(args: argparse.Namespace) -> tuple[Matrix, list[Cell]]:
+    matrix = load_matrix(args.matrix)
+    candidates = list(matrix.cells)
+    candidates += [cell for cell, word in matrix.opt_in_cells if opt_in_requested(args.keyword, word)]
+    cells = select(candidates, args.keyword, args.markexpr)
+    if not cells:
+        given = " ".join(
+            f"{flag} {value!r}" for flag, value in (("-k", args.keyword), ("-m", args.markexpr)) if value
+        )
+        example = ", ".join(c.id for c in matrix.cells[:3]) or "(the matrix has no cells)"
+        raise UsageError(
+            explain(
+                f"selection {given or '(none)'}",
+                "it matches no cell of the matrix",
+                f"substrings of cell ids such as {example}; markers deepspeed, ddp, gpu, multi_gpu, "
+                "fp16, bf16, matrix; opt-in cells with -k canary",
+                "run `python -m harness list` to see every cell id",
+            )
+        )
+    return matrix, cells
+
+
+def default_env_name() -> str:
+    return "deepspeed" if is_deepspeed_available() else "nodeepspeed"
+
+
+def check_env_name(matrix: Matrix, name: str) -> None:
+    if not matrix.environments:
+        return
+    env = matrix.environments.get(name)
+    if env is None:
+        raise UsageError(
+            explain(
+                f"--env-name {name!r}",
+                "no such environment in matrix.toml",
+                sorted(matrix.environments),
+                "use one of these names",
+            )
+        )
+    if env.deepspeed != is_deepspeed_available():
+        state = "installed" if is_deepspeed_available() else "not installed"
+        raise UsageError(
+            explain(
+                f"--env-name {name!r}",
+                f"that environment says deepspeed={env.deepspeed}, but deepspeed is {state} here",
+                sorted(n for n, e in matrix.environments.items() if e.deepspeed == is_deepspeed_available()),
+                "name the environment you are in (or omit --env-name to detect it)",
+            )
+        )
+
+
+def check_writable(report_dir: Path) -> None:
+    probe = report_dir / f".write-probe-{os.getpid()}"
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(
+            explain(
+                f"--report-dir {str(report_dir)!r}",
+                f"it cannot be written ({exc.strerror or exc})",
+                "a directory you can create and write",
+                "pass another --report-dir or fix its permissions",
+            )
+        ) from None
+
+
+def load_previous(resume_dir: Path, flag: str = "--resume") -> dict[str, CellResult]:
+    path = resume_dir / "report.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {c["id"]: CellResult.from_json(c) for c in data["cells"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(
+            explain(
+                f"{flag} {str(resume_dir)!r}",
+                f"{path} is missing or unreadable ({exc})",
+                "a report dir of an earlier run (it holds report.json)",
+                "run without --resume, or point it at that run's --report-dir",
+            )
+        ) from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.report import Progress, environment_info, print_summary, write_reports
+    from harness.run import signals
+    from harness.run.runner import RunInterrupted, RunOptions, run_cells
+
+    signals.install()
+    matrix, cells = selected_cells(args)
+    env_name = args.env_name or default_env_name()
+    check_env_name(matrix, env_name)
+    resume_dir = args.resume or (args.report_dir or Path("reports") / env_name if args.last_failed else None)
+    report_dir = args.report_dir or resume_dir or Path("reports") / env_name
+    check_writable(report_dir)
+    if args.compare_records is not None and not (args.compare_records / "records").is_dir():
+        raise UsageError(
+            explain(
+                f"--compare-records {str(args.compare_records)!r}",
+                "it holds no records/ folder",
+                "the --report-dir of a finished run in another environment",
+                "run the other environment first, then point here at its report dir",
+            )
+        )
+    kept: dict[str, CellResult] = {}
+    if resume_dir is not None:
+        previous = load_previous(resume_dir, "--last-failed (report dir)" if args.last_failed else "--resume")
+        kept = {
+            c.id: previous[c.id]
+            for c in cells
+            if c.id in previous and previous[c.id].status in KEEP_ON_RESUME
+        }
+        print(f"resume: {len(kept)} cell(s) kept from {resume_dir}, {len(cells) - len(kept)} to run")
+    to_run = [c for c in cells if c.id not in kept]
+    options = RunOptions(
+        report_dir=report_dir,
+        timeout_s=args.timeout,
+        isolate=args.isolate,
+        env_name=env_name,
+        matrix_path=args.matrix,
+        compare_records=args.compare_records,
+        allow_cpu_fp16_emulation=not args.no_emulation,
+        matrix=matrix,
+    )
+    environment = environment_info(env_name)
+    progress = Progress(len(to_run), enabled=not args.quiet)
+    interrupted: str | None = None
+    try:
+        fresh = run_cells(to_run, options, progress)
+    except RunInterrupted as exc:
+        signals.ignore_further()
+        fresh, interrupted = exc.results, exc.signal_name
+    finally:
+        progress.close()
+    by_id = {**kept, **{r.id: r for r in fresh}}
+    results = [by_id[c.id] for c in cells if c.id in by_id]
+    if interrupted:
+        environment["interrupted"] = f"by {interrupted}: {len(results)} of {len(cells)} cells finished"
+    write_reports(results, environment, report_dir)
+    print_summary(results)
+    print(f"report: {report_dir / 'report.html'}")
+    if interrupted:
+        print(
+            f"interrupted by {interrupted}; partial report written; rerun with --resume {report_dir}",
+            file=sys.stderr,
+        )
+        return signals.INTERRUPT_EXIT.get(interrupted, 130)
+    return 1 if any(r.status.is_unexpected_failure for r in results) else 0

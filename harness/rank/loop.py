@@ -1,0 +1,100 @@
+"""A task trained through accelerate_core: the MISSION loop, run on every rank of a launch.
+
+What it records mirrors harness.truth.reference exactly (same loop, same quantities), so a record and
+a golden differ only by what the backend did: the per-step loss is the global mean
+(accelerator.reduce), eval outputs are gathered without the padding of the last uneven batch
+(gather_for_metrics), the final state dict is the consolidated one (get_state_dict, a collective
+called on every rank).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader
+
+from accelerate_core import Accelerator, DeepSpeedPlugin
+from harness.tasks.base import Task
+from harness.truth.record import Fingerprint, Record
+
+
+def train_with_core(task: Task, *, precision: str, cpu: bool, zero_stage: int | None,
+                    cpu_fp16_emulation: bool = False) -> Record | None:
+    """Train `task`; return the Record on the main process, None on the others."""
+    torch.manual_seed(task.seed)  # a clean RNG per cell, even when cells share a process
+    plugin = None
+    if zero_stage is not None:
+        plugin = DeepSpeedPlugin(zero_stage=zero_stage, cpu_fp16_emulation=cpu_fp16_emulation)
+    accelerator = Accelerator(
+        mixed_precision="no" if precision == "fp32" else precision, cpu=cpu,
+        gradient_accumulation_steps=task.gradient_accumulation_steps, deepspeed_plugin=plugin,
+    )
+    try:
+        return _run(accelerator, task, precision)
+    finally:
+        accelerator.free_memory()
+
+
+def _run(accelerator: Accelerator, task: Task, precision: str) -> Record | None:
+    processes = accelerator.num_processes
+    model = task.build_model()
+    raw_optimizer = task.build_optimizer(model)
+    lr_scheduler = task.build_scheduler(raw_optimizer)
+    train = DataLoader(task.train_dataset(), batch_size=task.per_process_batch_size(processes))
+    evaluation = DataLoader(task.eval_dataset(), batch_size=task.eval_batch_size // processes)
+    model, optimizer, tr_data, eval_data = accelerator.prepare(model, raw_optimizer, train, evaluation)
+    accumulation = task.gradient_accumulation_steps
+
+    losses: list[float] = []
+    lrs: list[list[float]] = []
+    skipped: list[int] = []
+    scales: list[float] = []
+    opt_step = 0
+    model.train()
+    for _epoch in range(task.epochs):
+        for step, batch in enumerate(tr_data):
+            output = model(**batch)
+            losses.append(float(accelerator.reduce(output.loss.detach().float(), "mean")))
+            boundary = (step + 1) % accumulation == 0 or step == len(tr_data) - 1
+            loss = output.loss / accumulation
+            if boundary and task.injects_overflow(precision, opt_step):
+                loss = loss * float("inf")  # as in the reference: this step must be skipped
+            accelerator.backward(loss)
+            if not boundary:
+                continue
+            lrs.append([group["lr"] for group in optimizer.param_groups])
+            optimizer.step()
+            optimizer.zero_grad()
+            if optimizer.is_overflow:  # fp16 loss scaling skipped this step
+                skipped.append(opt_step)
+            else:
+                lr_scheduler.step()
+            scale = accelerator.loss_scale()  # GradScaler's, or the DeepSpeed fp16 engine's
+            if scale is not None:
+                scales.append(scale)
+            opt_step += 1
+
+    model.eval()
+    logits, labels = [], []
+    with torch.no_grad():
+        for batch in eval_data:
+            output = model(**batch)
+            logits.append(accelerator.gather_for_metrics(output.logits).cpu())
+            labels.append(accelerator.gather_for_metrics(batch["labels"]).cpu())
+    accelerator.wait_for_everyone()
+    state_dict = accelerator.get_state_dict(model)  # every rank: a collective under ZeRO-3
+    if not accelerator.is_main_process:
+        return None
+    return Record(
+        task=task.name,
+        precision=precision,
+        losses=losses,
+        lrs=lrs,
+        skipped_steps=skipped,
+        loss_scales=scales,
+        eval_outputs={"logits": torch.cat(logits), "labels": torch.cat(labels)},
+        state_dict=state_dict,
+        fingerprint=Fingerprint.here(
+            device=accelerator.device.type, world_size=processes, seed=task.seed, precision=precision,
+            strategy=accelerator.strategy.registered_name, emulated=accelerator.strategy.emulated,
+        ),
+    )

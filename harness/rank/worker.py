@@ -1,0 +1,147 @@
+"""What each rank runs inside one `torch.distributed.run` launch: cell after cell.
+
+    python -m torch.distributed.run ... -m harness.rank.worker RUN_DIR
+
+RUN_DIR/plan.json lists the cells (ids, emulation flag) and where records go. The process group
+is created once by the first cell's Accelerator and reused; between cells `train_with_core`
+frees the Accelerator and reseeds from the task, so cells do not leak into each other.
+
+Files this rank writes under RUN_DIR (the parent watches them; all small, written atomically):
+  pids/rank{r}             its pid, so the parent can signal exactly the ranks
+  logs/rank{r}.log         its stdout + stderr at the file-descriptor level (native crashes too)
+  stacks/rank{r}.txt       Python stacks of every thread, dumped on SIGUSR1 (a hang)
+  status/{id}.started      rank 0, when a cell starts       (json: time)
+  status/{id}.finished     rank 0, after its record is saved (json: seconds)
+  status/{id}.error.rank{r} any rank, traceback of an exception; then the rank exits, so the
+                           launch ends and the parent runs the rest in a fresh launch
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, TextIO
+
+from harness.atomic_files import write_text_atomic
+from harness.spec.cell import Cell
+
+EXIT_CELL_ERROR = 3
+_keep_open: list[TextIO] = []  # faulthandler writes to these fds for the life of the process
+
+
+def _redirect_output(log: Path) -> None:
+    # dup2 onto fds 1 and 2 so that C-level output (gloo, DeepSpeed, a fatal error) lands here too.
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - lives as long as the process
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+
+
+def _install_stack_dumps(stacks: Path) -> None:
+    out = open(stacks, "w")  # noqa: SIM115 - must stay open for faulthandler
+    _keep_open.append(out)
+    faulthandler.register(signal.SIGUSR1, file=out, all_threads=True, chain=False)
+    faulthandler.enable(file=sys.stderr, all_threads=True)  # segfaults: stacks into the rank's log
+
+
+def _exit_with_launcher() -> None:
+    """If torchrun dies (killed with the runner), never outlive it: orphans are a leak."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
+
+
+def warm_up(cells: list[Cell]) -> None:
+    """Pay the one-off import costs before the first cell starts, so that a cell's duration and
+    its --timeout measure the cell, not the launch (startup has its own grace in the parent)."""
+    import torch
+
+    import harness.rank.loop
+    import harness.tasks  # noqa: F401 - registers the tasks
+
+    # The first optimizer built in a process imports torch._dynamo: seconds on a busy machine.
+    torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    if any(cell.is_deepspeed for cell in cells):
+        import deepspeed  # noqa: F401 - only for launches with DeepSpeed cells
+
+
+def run_cell(cell: Cell, emulated: bool, records_dir: Path) -> Any:
+    """Train one cell through the core on this rank; returns the Record on the main process."""
+    from harness.rank.loop import train_with_core
+    from harness.tasks import get_task
+
+    task = get_task(cell.task)
+    record = train_with_core(
+        task,
+        precision=cell.precision,
+        cpu=cell.device == "cpu",
+        zero_stage=cell.zero_stage,
+        cpu_fp16_emulation=emulated,
+    )
+    if record is not None:
+        record.save(records_dir / cell.id)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    run_dir = Path(args[0])
+    plan = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+    rank = int(os.environ.get("RANK", "0"))
+    for sub in ("pids", "logs", "stacks", "status"):
+        (run_dir / sub).mkdir(exist_ok=True)
+    _redirect_output(run_dir / "logs" / f"rank{rank}.log")
+    _install_stack_dumps(run_dir / "stacks" / f"rank{rank}.txt")
+    write_text_atomic(run_dir / "pids" / f"rank{rank}", str(os.getpid()))
+    _exit_with_launcher()
+    status = run_dir / "status"
+    records_dir = Path(plan["records_dir"])
+    cells = [Cell(**entry["cell"]) for entry in plan["cells"]]
+    try:
+        warm_up(cells)
+    except BaseException:  # e.g. deepspeed fails to import: the first cell reports it below
+        traceback.print_exc()
+    for cell, entry in zip(cells, plan["cells"], strict=True):
+        cell_id = cell.id
+        print(f"[harness.rank.worker rank {rank}] cell {cell_id} starts", flush=True)
+        if rank == 0:
+            write_text_atomic(status / f"{cell_id}.started", json.dumps({"time": time.time()}))
+        start = time.perf_counter()
+        try:
+            run_cell(cell, bool(entry.get("emulated", False)), records_dir)
+        except BaseException:
+            text = traceback.format_exc()
+            print(text, file=sys.stderr, flush=True)
+            write_text_atomic(status / f"{cell_id}.error.rank{rank}", text)
+            # The process group may be mid-collective on other ranks: end the launch; the parent
+            # runs the remaining cells in a fresh one.
+            os._exit(EXIT_CELL_ERROR)
+        gc.collect()
+        if rank == 0:
+            seconds = time.perf_counter() - start
+            write_text_atomic(status / f"{cell_id}.finished", json.dumps({"seconds": seconds}))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""One `torch.distributed.run` launch of a list of cells, watched from the parent.
+
+Rendezvous: `--standalone` makes torchrun bind its c10d store to port 0 (the OS picks a free
+port, held open for the whole launch) and the workers share that store, so two launches, also
+from parallel pytest-xdist workers, never race for a port.
+
+Cleanup (harness.run.processes) signals exact pids; evidence (harness.run.evidence) reads what the ranks
+left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from harness.run.evidence import crash_detail, dead_ranks, read_text, wait_for_stacks
+from harness.run.processes import kill_tree, rank_pids, register, stop
+from harness.spec.cell import Cell
+
+POLL_S = 0.05
+STACK_WAIT_S = 3.0  # how long ranks get to write their stacks after SIGUSR1
+STARTUP_GRACE_S = 120.0  # imports + process group + first deepspeed.initialize, before cell 1
+
+
+@dataclass
+class LaunchOutcome:
+    finished: dict[str, float] = field(default_factory=dict)  # cell id -> seconds, in order
+    # The cell that was running when the launch ended badly, and how it ended.
+    broken_cell: str | None = None
+    broken_status: str = ""  # "crashed" | "timeout" | "error"
+    broken_seconds: float = 0.0  # from the broken cell's start (or the launch's) to its end
+    detail: str = ""
+    not_started: list[Cell] = field(default_factory=list)
+
+
+# Runs first in the launcher process: ask Linux to SIGTERM it when the runner dies, even by
+# SIGKILL (PR_SET_PDEATHSIG survives the exec), then become torchrun. torchrun stops its ranks on
+# SIGTERM, and each rank also exits when its launcher goes. (A preexec_fn would do the same, but
+# is unsafe with the runner's launch threads.)
+_BOOTSTRAP = (
+    "import ctypes, os, runpy, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG\n"
+    "except (OSError, AttributeError):\n"
+    "    pass  # not Linux: atexit and signal cleanup still apply\n"
+    "if os.getppid() != int(sys.argv.pop(1)):\n"
+    "    sys.exit('harness launcher: the runner is gone')\n"
+    "sys.argv[0] = 'torch.distributed.run'\n"
+    "runpy.run_module('torch.distributed.run', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def command(processes: int, run_dir: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-c",
+        _BOOTSTRAP,
+        str(os.getpid()),
+        "--standalone",
+        f"--nproc-per-node={processes}",
+        "--max-restarts=0",
+        "--monitor-interval=0.1",
+        "-m",
+        "harness.rank.worker",
+        str(run_dir),
+    ]
+
+
+def launch_env(cell: Cell) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
+    if cell.device == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def run_launch(
+    cells: list[Cell],
+    emulated: dict[str, bool],
+    run_dir: Path,
+    records_dir: Path,
+    timeout_s: float,
+    on_started: Callable[[str], None],
+    on_finished: Callable[[str, float], bool],
+    should_stop: Callable[[], bool] = lambda: False,
+) -> LaunchOutcome:
+    """Run `cells` (one launch shape) in one launch until all finish or one breaks it.
+
+    `on_finished(cell_id, seconds)` judges a finished cell; returning False ends the launch there
+    (the cells after it are returned in `not_started`, to run in a fresh launch)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for sub in ("pids", "logs", "stacks", "status"):
+        (run_dir / sub).mkdir(exist_ok=True)
+    plan = {
+        # The cell whole (its axes), and its id only to name its files and for a reader.
+        "cells": [{"id": c.id, "cell": asdict(c), "emulated": emulated.get(c.id, False)} for c in cells],
+        "records_dir": str(records_dir),
+    }
+    (run_dir / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
+    status = run_dir / "status"
+    with open(run_dir / "launcher.log", "wb") as log:
+        proc = subprocess.Popen(
+            command(cells[0].processes, run_dir),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=launch_env(cells[0]),
+            start_new_session=True,
+            cwd=os.getcwd(),
+        )
+    register(proc)
+    outcome = LaunchOutcome()
+    started: dict[str, float] = {}
+    launch_start = time.monotonic()
+    try:
+        keep_going = True
+        while keep_going and not should_stop():
+            for cell in cells:
+                if cell.id not in started and (status / f"{cell.id}.started").exists():
+                    started[cell.id] = time.monotonic()
+                    on_started(cell.id)
+                done = status / f"{cell.id}.finished"
+                if cell.id not in outcome.finished and done.exists():
+                    seconds = float(json.loads(done.read_text())["seconds"])
+                    outcome.finished[cell.id] = seconds
+                    if not on_finished(cell.id, seconds):
+                        keep_going = False
+                        break
+            if len(outcome.finished) == len(cells) or not keep_going:
+                break
+            running = next((c for c in cells if c.id in started and c.id not in outcome.finished), None)
+            now = time.monotonic()
+            if running is not None and now - started[running.id] > timeout_s:
+                _on_timeout(proc, run_dir, outcome, running, timeout_s)
+                break
+            if running is None and now - launch_start > timeout_s + STARTUP_GRACE_S:
+                first = next(c for c in cells if c.id not in outcome.finished)
+                _on_timeout(proc, run_dir, outcome, first, timeout_s + STARTUP_GRACE_S)
+                break
+            if proc.poll() is not None:
+                time.sleep(0.2)  # a status file may land just before the exit; read once more
+                if any(
+                    (status / f"{c.id}.finished").exists() and c.id not in outcome.finished for c in cells
+                ):
+                    continue
+                _on_exit(proc, run_dir, outcome, cells, started)
+                break
+            time.sleep(POLL_S)
+        if len(outcome.finished) == len(cells) and not should_stop():  # let it exit on its own
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a rank stuck in teardown: killed below
+                proc.wait(timeout=30)
+    finally:
+        stop(proc, run_dir)
+    if outcome.broken_cell is not None:
+        outcome.broken_seconds = time.monotonic() - started.get(outcome.broken_cell, launch_start)
+    done_ids = set(outcome.finished) | {outcome.broken_cell}
+    outcome.not_started = [c for c in cells if c.id not in done_ids]
+    return outcome
+
+
+def _on_timeout(
+    proc: subprocess.Popen[bytes], run_dir: Path, outcome: LaunchOutcome, cell: Cell, limit: float
+) -> None:
+    for pid in rank_pids(run_dir):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR1)
+    stacks = wait_for_stacks(run_dir, STACK_WAIT_S)
+    kill_tree(proc.pid, run_dir)
+    outcome.broken_cell, outcome.broken_status = cell.id, "timeout"
+    outcome.detail = f"no result within {limit:.0f} s; Python stacks of every rank:\n\n{stacks}"
+
+
+def _on_exit(
+    proc: subprocess.Popen[bytes],
+    run_dir: Path,
+    outcome: LaunchOutcome,
+    cells: list[Cell],
+    started: dict[str, float],
+) -> None:
+    status = run_dir / "status"
+    pending = [c for c in cells if c.id not in outcome.finished]
+    running = next((c for c in pending if c.id in started), pending[0])
+    error_files = status.glob(f"{running.id}.error.rank*")
+    errors = {int(e.name.rsplit("rank", 1)[1]): read_text(e) for e in error_files}
+    error_text = "\n".join(f"--- exception on rank {r} ---\n{text}" for r, text in sorted(errors.items()))
+    dead = dead_ranks(read_text(run_dir / "launcher.log"))
+    # A rank that died without writing its exception crashed (killed, os._exit, segfault); the
+    # others then fail in their collectives, which is a consequence, not the cause.
+    if any(r not in errors for r in dead) or not errors:
+        outcome.broken_status = "crashed"
+        silent = {r: c for r, c in dead.items() if r not in errors}
+        outcome.detail = crash_detail(run_dir, proc.returncode, silent) + (
+            "\n" + error_text if errors else ""
+        )
+    else:
+        outcome.broken_status = "error"
+        outcome.detail = error_text
+    outcome.broken_cell = running.id

@@ -1,0 +1,180 @@
+"""The entries of matrix.toml, each parsed and checked on its own: shapes, match patterns,
+expected outcomes, environments. Every mistake is a MatrixError naming the file, the entry, the
+value given, why it is wrong, the valid values and the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import MatrixError, explain
+from harness.spec.cell import DEVICES, TASK_NAME, Cell
+
+MATCH_KEYS = ("task", "device", "processes", "strategy", "precision")
+EXPECTED_STATUSES = ("xfailed",)
+
+
+
+
+@dataclass(frozen=True)
+class Match:
+    """A pattern over cell axes: each key absent matches anything, else a list of allowed values."""
+
+    values: dict[str, tuple[Any, ...]]
+
+    def matches(self, cell: Cell) -> bool:
+        return all(getattr(cell, key) in allowed for key, allowed in self.values.items())
+
+
+@dataclass(frozen=True)
+class Expected:
+    match: Match
+    status: str  # "xfailed"
+    reason: str
+    environments: tuple[str, ...] = ()  # empty: every environment
+
+
+@dataclass(frozen=True)
+class Environment:
+    name: str
+    description: str
+    deepspeed: bool  # is deepspeed installed in this environment
+    device: str  # "cpu" | "cuda": which cells this environment's CI job runs
+    extras: tuple[str, ...] = ()
+    runs_on: tuple[str, ...] = ("ubuntu-latest",)  # CI runner labels
+    markexpr: str = ""  # the -m selection its CI job runs ("" = all cells of its device)
+
+
+def bad(
+    file: Path, where: str, given: object, why: str, valid: Iterable[object] | str, fix: str
+) -> MatrixError:
+    valid_text = valid if isinstance(valid, str) else ", ".join(repr(v) for v in valid)
+    return MatrixError(explain(f"{file.name} {where} = {given!r}", why, valid_text, fix))
+
+
+def check_value(file: Path, where: str, axis: str, value: object, valid_axes: dict[str, Any]) -> None:
+    valid = valid_axes[axis]
+    if axis == "task":
+        if not isinstance(value, str) or not TASK_NAME.match(value):
+            raise bad(
+                file,
+                where,
+                value,
+                "a task name uses lowercase letters, digits and '_' only",
+                "names like 'regression' or 'tiny_lm'",
+                "rename the task",
+            )
+        if valid is not None and value not in valid and not value.startswith("canary"):
+            raise bad(
+                file,
+                where,
+                value,
+                "no task of that name is registered",
+                valid,
+                "add the task under harness/tasks/ or fix the name",
+            )
+        return
+    if value not in valid:
+        raise bad(file, where, value, f"it is not a valid {axis}", valid, f"use one of the {axis} values")
+
+
+def parse_shapes(
+    file: Path, entries: list[Any], valid_axes: dict[str, Any]
+) -> list[tuple[str, int, list[str]]]:
+    out = []
+    for i, entry in enumerate(entries):
+        where = f"[[shapes]] #{i + 1}"
+        only_keys(file, where, entry, ("device", "processes", "strategies"))
+        check_value(file, where + ".device", "device", entry.get("device"), valid_axes)
+        processes = entry.get("processes")
+        if not isinstance(processes, int) or isinstance(processes, bool) or not 1 <= processes <= 64:
+            raise bad(
+                file,
+                where + ".processes",
+                processes,
+                "it must be a whole number of processes",
+                "1..64",
+                "write e.g. processes = 2",
+            )
+        for strategy in entry.get("strategies", []):
+            check_value(file, where + ".strategies", "strategy", strategy, valid_axes)
+        out.append((entry["device"], processes, list(entry.get("strategies", []))))
+    return out
+
+
+def only_keys(file: Path, where: str, entry: object, allowed: Iterable[str]) -> None:
+    allowed = tuple(allowed)
+    if not isinstance(entry, dict):
+        raise bad(file, where, entry, "it must be a table", "a TOML table", "write key = value pairs")
+    for key in entry:
+        if key not in allowed:
+            raise bad(file, where, key, "it is not a known key", allowed, "rename or remove it")
+
+
+def parse_match(
+    file: Path, where: str, entry: dict[str, Any], valid_axes: dict[str, Any], extra: tuple[str, ...]
+) -> Match:
+    only_keys(file, where, entry, MATCH_KEYS + extra)
+    values: dict[str, tuple[Any, ...]] = {}
+    for key in MATCH_KEYS:
+        if key not in entry:
+            continue
+        given = entry[key] if isinstance(entry[key], list) else [entry[key]]
+        for value in given:
+            if key != "processes":
+                check_value(file, f"{where}.{key}", key, value, valid_axes)
+        values[key] = tuple(given)
+    return Match(values)
+
+
+def parse_reason(file: Path, where: str, entry: dict[str, Any]) -> str:
+    reason = entry.get("reason", "")
+    if not isinstance(reason, str) or len(reason.strip()) < 10:
+        raise bad(
+            file,
+            where + ".reason",
+            reason,
+            "every exclusion and expected outcome needs a reason",
+            "a sentence of at least 10 characters",
+            "say why, e.g. the upstream issue",
+        )
+    return reason.strip()
+
+
+def parse_expected(file: Path, i: int, entry: dict[str, Any], valid_axes: dict[str, Any]) -> Expected:
+    where = f"[[expected]] #{i + 1}"
+    match = parse_match(file, where, entry, valid_axes, extra=("status", "reason", "environments"))
+    status = entry.get("status", "xfailed")
+    if status not in EXPECTED_STATUSES:
+        raise bad(
+            file, where + ".status", status, "not an expected outcome", EXPECTED_STATUSES, "use 'xfailed'"
+        )
+    return Expected(match, status, parse_reason(file, where, entry), tuple(entry.get("environments", [])))
+
+
+def parse_environment(file: Path, name: str, body: dict[str, Any]) -> Environment:
+    where = f"[environments.{name}]"
+    only_keys(file, where, body, ("description", "deepspeed", "device", "extras", "runs_on", "markexpr"))
+    if not isinstance(body.get("deepspeed"), bool):
+        raise bad(
+            file,
+            where + ".deepspeed",
+            body.get("deepspeed"),
+            "it must say whether deepspeed is installed",
+            (True, False),
+            "write deepspeed = true or false",
+        )
+    device = body.get("device", "cpu")
+    if device not in DEVICES:
+        raise bad(file, where + ".device", device, "not a device", DEVICES, "use one of the devices")
+    return Environment(
+        name=name,
+        description=str(body.get("description", "")),
+        deepspeed=body["deepspeed"],
+        device=device,
+        extras=tuple(body.get("extras", [])),
+        runs_on=tuple(body.get("runs_on", ["ubuntu-latest"])),
+        markexpr=str(body.get("markexpr", "")),
+    )

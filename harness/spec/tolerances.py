@@ -1,0 +1,69 @@
+"""The comparison tolerances of matrix.toml's [tolerances.<precision>.<family>]: family "plain"
+for single/ddp, "zero" for the DeepSpeed stages, each entry with the measurement behind it.
+
+Parsed and validated once, with the rest of the matrix (harness.spec.matrix): a run judges every
+cell with the tolerances of the matrix it was given, never with another file's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ToleranceError, explain
+from harness.spec.cell import PRECISIONS, STRATEGIES
+from harness.spec.tolerance_entry import read_entry
+
+FAMILIES = {"single": "plain", "ddp": "plain", "zero1": "zero", "zero2": "zero", "zero3": "zero"}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    precision: str
+    family: str
+    rtol: float
+    atol: float
+    reason: str
+
+
+LR_TOLERANCE = Tolerance(precision="any", family="any", rtol=1e-9, atol=0.0,
+                         reason="learning rates are computed identically on every backend")
+
+
+@dataclass(frozen=True)
+class ToleranceTable:
+    source: Path
+    entries: dict[tuple[str, str], Tolerance]
+
+    def for_cell(self, precision: str, strategy: str) -> Tolerance:
+        if strategy not in FAMILIES:
+            raise ToleranceError(explain(f"strategy {strategy!r}", "it has no tolerance family",
+                                         STRATEGIES, "use a strategy of the matrix"))
+        family = FAMILIES[strategy]
+        found = self.entries.get((precision, family))
+        if found is None:
+            raise ToleranceError(explain(
+                f"[tolerances.{precision}.{family}] in {self.source}", "the section is missing",
+                [f"{p}.{f}" for p, f in self.entries], "add it with rtol, atol and a reason"))
+        return found
+
+
+def parse_tolerances(source: Path, table: Any) -> ToleranceTable:
+    """Every entry of [tolerances], validated (a malformed one is a ToleranceError naming it)."""
+    if not isinstance(table, dict):
+        raise ToleranceError(explain(f"[tolerances] in {source}", "it must be a table",
+                                     "[tolerances.<precision>.<family>] sections", "fix the file"))
+    entries: dict[tuple[str, str], Tolerance] = {}
+    for precision, families in table.items():
+        if precision not in PRECISIONS or not isinstance(families, dict):
+            raise ToleranceError(explain(f"[tolerances.{precision}] in {source}", "not a precision table",
+                                         PRECISIONS, "key tolerances by precision, then family"))
+        for family, entry in families.items():
+            where = f"[tolerances.{precision}.{family}] in {source}"
+            if family not in set(FAMILIES.values()):
+                raise ToleranceError(explain(where, "not a strategy family", sorted(set(FAMILIES.values())),
+                                             "use plain (single/ddp) or zero (zero1-3)"))
+            rtol, atol, reason = read_entry(entry, where, [f"{precision}.{family}"], ToleranceError)
+            entries[(precision, family)] = Tolerance(precision, family, rtol, atol, reason)
+    return ToleranceTable(source, entries)

@@ -1,0 +1,124 @@
+"""Golden baselines: `matrix/golden/<task>-<precision>.{safetensors,json}`, made by the plain
+PyTorch reference and checked in.
+
+A golden is a Record whose JSON `meta.golden` also holds the task's definition hash, the sha256 of
+its data and the seed. Loading one verifies the tensors' sha256 (Record.load) and that it was
+made for the task as defined now: a stale or tampered golden is an error, never a comparison.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from harness.errors import GoldenError, RecordError, explain
+from harness.paths import GOLDEN_DIR
+from harness.spec.cell import PRECISIONS
+from harness.tasks import get_task, task_names
+from harness.tasks.base import Task
+from harness.truth.golden_check import GoldenCheck, judge_regeneration, short_repr
+from harness.truth.golden_generation import generate
+from harness.truth.record import Record
+from harness.truth.regeneration import REGENERATION_TABLE, regeneration_tolerance
+
+_FIX_UPDATE = "regenerate it with `python -m harness golden --update` (and review the diff)"
+
+
+
+
+def golden_stem(task_name: str, precision: str, golden_dir: Path | None = None) -> Path:
+    return (golden_dir or GOLDEN_DIR) / f"{task_name}-{precision}"
+
+
+def load_golden(task_name: str, precision: str, golden_dir: Path | None = None) -> Record:
+    stem = golden_stem(task_name, precision, golden_dir)
+    try:
+        task = get_task(task_name)
+    except KeyError as exc:
+        raise GoldenError(str(exc.args[0])) from None
+    if precision not in PRECISIONS:
+        raise GoldenError(explain(f"golden precision {precision!r}", "there are no goldens for it",
+                                  PRECISIONS, "ask for one of these"))
+    if not stem.with_name(stem.name + ".json").exists():
+        raise GoldenError(explain(f"golden {stem}.json", f"there is no golden for task "
+                                  f"{task_name!r} at {precision}", "an existing golden file",
+                                  _FIX_UPDATE))
+    try:
+        record = Record.load(stem)
+    except RecordError as exc:
+        raise GoldenError(f"golden {stem.name} is unusable (truncated or tampered with?): {exc}") from None
+    meta = record.meta.get("golden", {})
+    checks = (
+        ("task", record.task, task_name),
+        ("precision", record.precision, precision),
+        ("task definition hash", meta.get("task_definition_hash"), task.definition_hash()),
+        ("data sha256", meta.get("data_sha256"), task.data_sha256()),
+        ("initial weights sha256", meta.get("init_sha256"), task.init_sha256()),
+    )
+    for what, found, expected in checks:
+        if found != expected:
+            raise GoldenError(explain(
+                f"golden {stem.name}: {what} {short_repr(found)}",
+                f"the task {task_name!r} as defined now has {short_repr(expected)}: the golden was made "
+                "for another task definition (the task's code, fields or data changed since)",
+                "a golden made from the current task", _FIX_UPDATE))
+    return record
+
+
+def check_goldens(tasks: Iterable[str] | None = None, precisions: Iterable[str] | None = None,
+                  golden_dir: Path | None = None) -> list[GoldenCheck]:
+    """Regenerate (deterministic mode, one child process) and judge each golden against it."""
+    pairs = _selection(tasks, precisions)
+    fresh = generate(pairs)
+    return [judge_regeneration(golden_stem(name, precision, golden_dir), fresh[(name, precision)],
+                               regeneration_tolerance(precision, _regeneration_table(golden_dir)))
+            for name, precision in pairs]
+
+
+def update_goldens(tasks: Iterable[str] | None = None, precisions: Iterable[str] | None = None,
+                   golden_dir: Path | None = None) -> list[GoldenCheck]:
+    """Rewrite the goldens that are new or changed (not those reproduced bit for bit or within
+    the regeneration tolerance: rewriting those would only trade one machine's last bits for
+    another's); return every check, the rewritten ones marked `rewritten`."""
+    pairs = _selection(tasks, precisions)
+    fresh = generate(pairs)
+    checks = []
+    for name, precision in pairs:
+        stem = golden_stem(name, precision, golden_dir)
+        tolerance = regeneration_tolerance(precision, _regeneration_table(golden_dir))
+        check = judge_regeneration(stem, fresh[(name, precision)], tolerance)
+        if not check.passed:
+            fresh[(name, precision)].save(stem)
+            check = replace(check, rewritten=True)
+        checks.append(check)
+    return checks
+
+
+def owned_golden_pairs() -> list[tuple[str, str]]:
+    """Every (task, precision) that has a golden of its own."""
+    return _selection(None, None)
+
+
+def owns_golden(task: Task) -> bool:
+    """False for a task that borrows another's golden (`golden_of`, e.g. the fault canaries,
+    which are `regression` plus a fault and are judged against regression's golden)."""
+    return getattr(task, "golden_of", None) in (None, task.name)
+
+
+def _selection(tasks: Iterable[str] | None, precisions: Iterable[str] | None) -> list[tuple[str, str]]:
+    names = list(tasks) if tasks is not None else [n for n in task_names() if owns_golden(get_task(n))]
+    chosen = list(precisions) if precisions is not None else list(PRECISIONS)
+    for precision in chosen:
+        if precision not in PRECISIONS:
+            raise GoldenError(explain(f"precision {precision!r}", "goldens exist per precision",
+                                      PRECISIONS, "pick from these"))
+    for name in names:
+        get_task(name)  # a clear KeyError naming the valid tasks
+    return [(name, precision) for name in names for precision in chosen]
+
+
+def _regeneration_table(golden_dir: Path | None) -> Path:
+    """A golden folder may carry its own table; the repository's otherwise."""
+    own = (golden_dir or GOLDEN_DIR) / REGENERATION_TABLE.name
+    return own if own.is_file() else REGENERATION_TABLE

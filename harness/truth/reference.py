@@ -1,0 +1,142 @@
+"""The golden baseline: a task trained in plain PyTorch, in one process, over whole global batches.
+
+It imports nothing from accelerate_core on purpose: a baseline made by the code under test would
+prove nothing. fp16 runs through `torch.autocast` + `torch.amp.GradScaler` (with the task's
+injected overflow), bf16 through `torch.autocast`, fp32 as is. The loop is the MISSION loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import DataLoader
+
+from harness.spec.cell import PRECISIONS
+from harness.tasks.base import DictDataset, Task
+from harness.truth.record import Fingerprint, Record
+
+_AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class ReferenceInputs:
+    """A task's initial weights and data, made elsewhere: the goldens' deterministic mode trains
+    with portable kernels, which would draw other initial weights and data than the cells'
+    kernels do, so the process that makes goldens is handed the ones the cells start from."""
+
+    initial_state: dict[str, torch.Tensor]
+    train: dict[str, torch.Tensor]
+    eval: dict[str, torch.Tensor]
+
+    @classmethod
+    def of(cls, task: Task) -> ReferenceInputs:
+        return cls(initial_state=task.build_model().state_dict(), train=task.train_dataset().tensors,
+                   eval=task.eval_dataset().tensors)
+
+
+def train_reference(task: Task, precision: str, device: str = "cpu",
+                    inputs: ReferenceInputs | None = None) -> Record:
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"precision {precision!r}: not a reference precision. Valid: {PRECISIONS}. "
+            "Fix: pass one of them"
+        )
+    with _single_thread(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(task.seed)
+        return _train(task, precision, torch.device(device), inputs or ReferenceInputs.of(task))
+
+
+def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceInputs) -> Record:
+    model = task.build_model()
+    model.load_state_dict(inputs.initial_state)
+    model = model.to(device)
+    optimizer = task.build_optimizer(model)
+    scheduler = task.build_scheduler(optimizer)
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    train = DataLoader(DictDataset(inputs.train), batch_size=task.global_batch_size, shuffle=False)
+    losses: list[float] = []
+    lrs: list[list[float]] = []
+    skipped: list[int] = []
+    scales: list[float] = []
+    opt_step = 0
+    model.train()
+    for _epoch in range(task.epochs):
+        for step, batch in enumerate(train):
+            with _autocast(device, precision):
+                output = model(**_to(batch, device))
+            losses.append(output.loss.item())
+            boundary = task.is_accumulation_boundary(step)
+            loss = output.loss / task.gradient_accumulation_steps
+            if boundary and task.injects_overflow(precision, opt_step):
+                loss = loss * float("inf")  # every gradient becomes inf/nan: the step must be skipped
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+            if not boundary:
+                continue
+            lrs.append([group["lr"] for group in optimizer.param_groups])
+            overflow = False
+            if scaler is not None:
+                scale_before = scaler.get_scale()
+                scaler.step(optimizer)
+                scaler.update()
+                # GradScaler lowers its scale exactly when it found inf/nan and skipped the step.
+                overflow = scaler.get_scale() < scale_before
+                scales.append(scaler.get_scale())
+            else:
+                optimizer.step()
+            optimizer.zero_grad()
+            if overflow:
+                skipped.append(opt_step)
+            else:
+                scheduler.step()
+            opt_step += 1
+    model.eval()
+    eval_outputs = _evaluate(task, model, device, precision, DictDataset(inputs.eval))
+    return Record(
+        task=task.name,
+        precision=precision,
+        losses=losses,
+        lrs=lrs,
+        skipped_steps=skipped,
+        loss_scales=scales,
+        eval_outputs=eval_outputs,
+        state_dict=model.state_dict(),
+        fingerprint=Fingerprint.here(device=device.type, world_size=1, seed=task.seed,
+                                     precision=precision, strategy="reference"),
+    )
+
+
+@torch.no_grad()
+def _evaluate(task: Task, model: torch.nn.Module, device: torch.device, precision: str,
+              dataset: DictDataset) -> dict[str, torch.Tensor]:
+    logits, labels = [], []
+    for batch in DataLoader(dataset, batch_size=task.eval_batch_size, shuffle=False):
+        with _autocast(device, precision):
+            output = model(**_to(batch, device))
+        logits.append(output.logits)
+        labels.append(batch["labels"])
+    return {"logits": torch.cat(logits), "labels": torch.cat(labels)}
+
+
+def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[object]:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=_AUTOCAST_DTYPES[precision])
+
+
+@contextlib.contextmanager
+def _single_thread() -> Iterator[None]:
+    """One intra-op thread while the baseline trains: the golden must not depend on how many
+    cores the machine that regenerates it has (threaded reductions may sum in another order)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

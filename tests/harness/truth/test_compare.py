@@ -1,0 +1,128 @@
+"""Comparison against a golden: per-quantity verdicts that agree with
+torch.testing, divergence located in steps and tensors, and a diagnosis sentence."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from harness.spec.matrix import load_matrix
+from harness.spec.tolerances import Tolerance
+from harness.truth.compare import compare_record, diagnose
+from harness.truth.golden import load_golden
+from harness.truth.record import Record
+
+FP32 = Tolerance(precision="fp32", family="plain", rtol=1.3e-6, atol=1e-5, reason="test")
+
+
+def _by_name(comparisons: list) -> dict:
+    return {c.quantity: c for c in comparisons}
+
+
+@pytest.fixture
+def golden() -> Record:
+    return load_golden("lm", "fp32")
+
+
+def test_identical_record_passes_everything(golden: Record) -> None:
+    comparisons = compare_record(copy.deepcopy(golden), golden, FP32)
+    assert all(c.ok and c.max_abs_diff == 0 and c.first_divergence is None for c in comparisons)
+    names = {c.quantity for c in comparisons}
+    assert {"losses", "lrs", "skipped_steps", "eval/logits", "state_dict/head.weight"} <= names
+    assert len(names) == 3 + len(golden.eval_outputs) + len(golden.state_dict)
+
+
+def test_one_changed_element_names_tensor_and_index(golden: Record) -> None:
+    record = copy.deepcopy(golden)
+    record.state_dict["block.qkv.weight"][5, 7] += 1e-3
+    by_name = _by_name(compare_record(record, golden, FP32))
+    bad = [q for q, c in by_name.items() if not c.ok]
+    assert bad == ["state_dict/block.qkv.weight"]
+    comparison = by_name["state_dict/block.qkv.weight"]
+    assert comparison.first_divergence == "index (5, 7)"
+    assert comparison.max_abs_diff == pytest.approx(1e-3, rel=1e-3)
+    expected_used = 1e-3 / (FP32.atol + FP32.rtol * abs(float(golden.state_dict["block.qkv.weight"][5, 7])))
+    assert comparison.tolerance_used == pytest.approx(expected_used, rel=1e-3)
+
+
+def test_loss_divergence_is_located_in_time(golden: Record) -> None:
+    record = copy.deepcopy(golden)
+    for step in range(7, len(record.losses)):
+        record.losses[step] *= 1.01
+    record.losses[9] = math.nan
+    losses = _by_name(compare_record(record, golden, FP32))["losses"]
+    assert not losses.ok and losses.first_divergence == "step 7"
+    assert losses.note == "NaN first at step 9" and math.isinf(losses.max_abs_diff)
+
+
+def test_missing_and_extra_tensors_and_shapes(golden: Record) -> None:
+    record = copy.deepcopy(golden)
+    del record.state_dict["head.weight"]
+    record.state_dict["extra"] = torch.zeros(2)
+    record.eval_outputs["logits"] = record.eval_outputs["logits"][:-1]
+    by_name = _by_name(compare_record(record, golden, FP32))
+    assert by_name["state_dict/head.weight"].note == "missing from the record"
+    assert by_name["state_dict/extra"].note == "in the record but not in the golden"
+    logits = by_name["eval/logits"]
+    assert not logits.ok and logits.note is not None
+    assert "shape (36, 8, 24) vs golden (37, 8, 24)" in logits.note
+
+
+def test_learning_rates_get_no_precision_allowance(golden: Record) -> None:
+    record = copy.deepcopy(golden)
+    record.lrs[4] = [lr * 1.01 for lr in record.lrs[4]]  # a scheduler a step off moves lr ~1%
+    loosest = load_matrix().tolerance_for("bf16", "zero3")
+    lrs = _by_name(compare_record(record, golden, loosest))["lrs"]
+    assert not lrs.ok and lrs.first_divergence == "optimizer step 4 (param group 0)"
+    assert (lrs.rtol, lrs.atol) == (1e-9, 0.0)
+
+
+def test_skipped_steps_must_match(golden: Record) -> None:
+    record = copy.deepcopy(golden)
+    record.skipped_steps = [2, 5]
+    skipped = _by_name(compare_record(record, golden, FP32))["skipped_steps"]
+    assert not skipped.ok and skipped.first_divergence == "optimizer step 2"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_verdicts_agree_with_torch_testing(seed: int) -> None:
+    """The independent reference for the pass rule: torch.testing.assert_close."""
+    generator = torch.Generator().manual_seed(seed)
+    expected = torch.randn(50, generator=generator) * 10 ** torch.randint(-6, 2, (50,), generator=generator)
+    noise = 10.0 ** -float(torch.randint(4, 8, (1,), generator=generator))
+    actual = expected + torch.randn(50, generator=generator) * noise
+    golden = load_golden("regression", "fp32")
+    record = copy.deepcopy(golden)
+    golden.state_dict["probe"], record.state_dict["probe"] = expected, actual
+    comparison = _by_name(compare_record(record, golden, FP32))["state_dict/probe"]
+    try:
+        torch.testing.assert_close(actual, expected, rtol=FP32.rtol, atol=FP32.atol)
+        reference_ok = True
+    except AssertionError:
+        reference_ok = False
+    assert comparison.ok == reference_ok
+    assert comparison.ok == (comparison.tolerance_used <= 1.0)
+
+
+def test_diagnosis_reads_like_one(golden: Record) -> None:
+    record = copy.deepcopy(golden)
+    record.losses[7] += 0.1
+    record.state_dict["head.weight"][0, 3] += 0.5
+    record.state_dict["norm.bias"][1] += 0.01
+    record.loss_scales = [65536.0, 65536.0, 32768.0, 32768.0, 32768.0, 16384.0]
+    record.skipped_steps = [2, 5]
+    golden.loss_scales = list(record.loss_scales)
+    golden.skipped_steps = [2, 5]
+    sentence = diagnose("lm-cpu2-zero2-bf16", compare_record(record, golden, FP32), record)
+    assert sentence.startswith("zero2 bf16: loss leaves tolerance at step 7")
+    assert "final weights `head.weight` and 1 more out of tolerance at index (0, 3)" in sentence
+    assert sentence.endswith("steps skipped on overflow: 2, 5; loss scale halved at steps 2, 5")
+
+
+def test_diagnosis_of_a_pass() -> None:
+    golden = load_golden("regression", "fp32")
+    sentence = diagnose("regression-cpu1-single-fp32", compare_record(golden, golden, FP32), golden)
+    assert sentence.startswith("single fp32: all 7 quantities within tolerance")

@@ -1,0 +1,154 @@
+"""Goldens: checked in, verified on load, reproducible bit for bit, and loud when broken."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.spec.cell import PRECISIONS
+from harness.tasks import get_task, task_names
+from harness.truth.golden import GOLDEN_DIR, GoldenError, check_goldens, load_golden, update_goldens
+from harness.truth.golden_check import Reproduction
+from harness.truth.golden_generation import generate
+
+OWN_GOLDENS = ("regression", "classifier", "lm", "scalar", "root_param")
+
+
+@pytest.fixture
+def golden_copy(tmp_path: Path) -> Path:
+    for name in ("classifier-fp32", "classifier-fp16"):
+        for suffix in (".json", ".safetensors"):
+            shutil.copy(GOLDEN_DIR / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+    return tmp_path
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("name", OWN_GOLDENS)
+def test_every_golden_loads_and_carries_its_metadata(name: str, precision: str) -> None:
+    golden = load_golden(name, precision)
+    meta = golden.meta["golden"]
+    task = get_task(name)
+    assert meta["task_definition_hash"] == task.definition_hash()
+    assert meta["data_sha256"] == task.data_sha256() and meta["seed"] == task.seed
+    assert golden.fingerprint.strategy == "reference" and golden.fingerprint.world_size == 1
+    assert {"python", "torch"} <= set(golden.fingerprint.versions)
+
+
+def test_regenerating_reproduces_every_checked_in_golden(record_property: pytest.RecordProperty) -> None:
+    # Bit-identical on any x86 CPU in the deterministic mode; "within" the measured regeneration
+    # tolerance would also pass (a machine where that mode does not hold), "changed" never.
+    checks = check_goldens()
+    assert len(checks) == len(OWN_GOLDENS) * len(PRECISIONS)
+    record_property("verdicts", sorted({c.reproduction.value for c in checks}))
+    assert all(c.passed for c in checks), "\n".join(
+        [c.summary() for c in checks if not c.passed] + [d for c in checks for d in c.differences])
+
+
+def test_deterministic_mode_is_bit_identical_with_the_isa_capped() -> None:
+    # The machine made to look older (oneDNN and MKL capped at AVX2, torch's dispatch at AVX2 for
+    # the inputs the parent makes): the goldens must not move a bit. lm is the most sensitive.
+    older = {"DNNL_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    made = generate([("lm", "fp32"), ("lm", "bf16")], extra_environment=older)
+    for precision in ("fp32", "bf16"):
+        on_disk = (GOLDEN_DIR / f"lm-{precision}.safetensors").read_bytes()
+        assert made[("lm", precision)].tensor_bytes() == on_disk, precision
+        assert made[("lm", precision)].meta["golden"]["made_on"]["environment"]["DNNL_MAX_CPU_ISA"] == "AVX2"
+
+
+def test_a_golden_records_the_machine_and_mode_it_was_made_in() -> None:
+    meta = load_golden("classifier", "fp32").meta["golden"]
+    mode = meta["generation_mode"]
+    assert mode["ATEN_CPU_CAPABILITY"] == "default" and mode["onednn"] == "off"
+    cpu = meta["made_on"]["cpu"]
+    assert cpu["model"] and set(cpu["flags"]) == {"avx2", "avx512f", "avx512_fp16", "avx512_bf16", "amx_bf16"}
+    assert cpu["native_fp16"] in (True, False) and "torch_cpu_capability" in cpu
+
+
+def test_canaries_borrow_a_golden_instead_of_owning_one() -> None:
+    files = {p.name.split("-")[0] for p in GOLDEN_DIR.glob("*.json")}
+    assert files == set(OWN_GOLDENS)
+    assert all(n in files or getattr(get_task(n), "golden_of", None) in files for n in task_names())
+
+
+def test_missing_golden(tmp_path: Path) -> None:
+    with pytest.raises(GoldenError, match=r"no golden for task 'lm' at bf16.*golden --update"):
+        load_golden("lm", "bf16", golden_dir=tmp_path)
+
+
+def test_unknown_task_or_precision(golden_copy: Path) -> None:
+    with pytest.raises(GoldenError, match="no such task"):
+        load_golden("nope", "fp32", golden_dir=golden_copy)
+    with pytest.raises(GoldenError, match="fp8"):
+        load_golden("classifier", "fp8", golden_dir=golden_copy)
+
+
+def test_truncated_golden_is_an_error_not_a_comparison(golden_copy: Path) -> None:
+    tensors = golden_copy / "classifier-fp32.safetensors"
+    tensors.write_bytes(tensors.read_bytes()[: len(tensors.read_bytes()) // 2])
+    with pytest.raises(GoldenError, match=r"classifier-fp32 is unusable.*sha256.*truncated"):
+        load_golden("classifier", "fp32", golden_dir=golden_copy)
+
+
+def test_tampered_tensor_fails_the_hash(golden_copy: Path) -> None:
+    tensors = golden_copy / "classifier-fp32.safetensors"
+    data = bytearray(tensors.read_bytes())
+    data[-3] ^= 0x01  # one bit of the last tensor's data
+    tensors.write_bytes(bytes(data))
+    with pytest.raises(GoldenError, match="sha256"):
+        load_golden("classifier", "fp32", golden_dir=golden_copy)
+
+
+def test_golden_of_another_task_definition(golden_copy: Path) -> None:
+    path = golden_copy / "classifier-fp16.json"
+    body = json.loads(path.read_text())
+    body["meta"]["golden"]["task_definition_hash"] = "0" * 64
+    path.write_text(json.dumps(body))
+    with pytest.raises(GoldenError, match=r"another task definition.*golden --update"):
+        load_golden("classifier", "fp16", golden_dir=golden_copy)
+
+
+def test_update_writes_new_goldens_then_keeps_them(tmp_path: Path) -> None:
+    first = update_goldens(tasks=["regression"], precisions=["fp32", "fp16"], golden_dir=tmp_path)
+    assert [c.summary() for c in first] == [
+        f"regression-{p}: new (no golden file yet) -> rewritten" for p in ("fp32", "fp16")]
+    name = "regression-fp32.safetensors"
+    assert (tmp_path / name).read_bytes() == (GOLDEN_DIR / name).read_bytes()
+    again = update_goldens(tasks=["regression"], precisions=["fp32", "fp16"], golden_dir=tmp_path)
+    assert [(c.reproduction, c.rewritten) for c in again] == [(Reproduction.BIT_IDENTICAL, False)] * 2
+
+
+def test_check_names_what_changed(golden_copy: Path) -> None:
+    from harness.truth.record import Record
+
+    stem = golden_copy / "classifier-fp32"
+    record = Record.load(stem)
+    record.state_dict["body.weight"][1, 2] += 0.5
+    record.losses[3] += 0.25
+    record.save(stem)  # consistent files (hash matches), different numbers
+    [check] = check_goldens(tasks=["classifier"], precisions=["fp32"], golden_dir=golden_copy)
+    assert check.reproduction is Reproduction.CHANGED and not check.passed
+    assert sorted(check.differences) == ["classifier-fp32: losses changed (max |diff| 0.25)",
+                                         "classifier-fp32: state_dict/body.weight changed (max |diff| 0.5)"]
+    assert check.summary().startswith("classifier-fp32: changed (made on ")
+
+
+def test_a_golden_moved_within_the_regeneration_tolerance_is_reproduced(golden_copy: Path) -> None:
+    # What another CPU's kernels would do: the last bits of one weight move (well inside the
+    # measured fp32 regeneration tolerance of 1.5e-6), and the verdict says so, with both machines.
+    from harness.truth.record import Record
+
+    stem = golden_copy / "classifier-fp32"
+    record = Record.load(stem)
+    record.state_dict["body.weight"][0, 0] += 4e-7
+    record.save(stem)
+    [check] = check_goldens(tasks=["classifier"], precisions=["fp32"], golden_dir=golden_copy)
+    assert check.reproduction is Reproduction.WITHIN and check.passed
+    assert check.summary().startswith("classifier-fp32: reproduced within rtol 0, atol 1.5e-06 (made on ")
+    assert "checked on" in check.summary() and len(check.differences) == 1
+    record.state_dict["body.weight"][0, 0] += 3e-6  # now beyond it
+    record.save(stem)
+    [check] = check_goldens(tasks=["classifier"], precisions=["fp32"], golden_dir=golden_copy)
+    assert check.reproduction is Reproduction.CHANGED

@@ -1,0 +1,89 @@
+"""Records: a save/load round trip, and clear errors for every way the files can be broken."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.truth.record import Fingerprint, Record, RecordError
+
+
+def _record() -> Record:
+    weight = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    return Record(
+        task="lm", precision="fp16", losses=[1.5, 1.25, 1.0], lrs=[[0.1, 0.2], [0.1, 0.2]],
+        skipped_steps=[1], loss_scales=[65536.0, 32768.0],
+        eval_outputs={"logits": torch.randn(5, 3).half(), "labels": torch.arange(5)},
+        # Tied weights share storage, which safetensors alone would refuse to write.
+        state_dict={"embed.weight": weight, "head.weight": weight,
+                    "scale": torch.tensor(2.0, dtype=torch.bfloat16)},
+        fingerprint=Fingerprint.here(device="cpu", world_size=2, seed=3, precision="fp16",
+                                     strategy="zero2", emulated=True),
+        meta={"note": "test"},
+    )
+
+
+def test_round_trip_is_exact(tmp_path: Path) -> None:
+    original = _record()
+    original.save(tmp_path / "cell")
+    loaded = Record.load(tmp_path / "cell")
+    assert loaded.losses == original.losses and loaded.lrs == original.lrs
+    assert loaded.skipped_steps == [1] and loaded.loss_scales == [65536.0, 32768.0]
+    assert loaded.fingerprint == original.fingerprint and loaded.meta == {"note": "test"}
+    for name in ("eval_outputs", "state_dict"):
+        mine, theirs = getattr(loaded, name), getattr(original, name)
+        assert mine.keys() == theirs.keys()
+        for key in mine:
+            assert mine[key].dtype == theirs[key].dtype and torch.equal(mine[key], theirs[key])
+    # No temp files left behind.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cell.json", "cell.safetensors"]
+
+
+def test_fingerprint_names_versions(tmp_path: Path) -> None:
+    record = _record()
+    assert {"python", "torch", "deepspeed"} <= set(record.fingerprint.versions)
+    golden_like = Fingerprint.here(device="cpu", world_size=1, seed=1, precision="fp32", strategy="reference")
+    assert "deepspeed" not in golden_like.versions  # goldens must not depend on it
+
+
+def test_missing_json_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(RecordError, match=r"does not exist.*Fix:"):
+        Record.load(tmp_path / "nothing")
+
+
+def test_truncated_tensors_file_is_caught_by_its_hash(tmp_path: Path) -> None:
+    _record().save(tmp_path / "cell")
+    tensors = tmp_path / "cell.safetensors"
+    tensors.write_bytes(tensors.read_bytes()[:-10])
+    with pytest.raises(RecordError, match=r"sha256 differs.*truncated"):
+        Record.load(tmp_path / "cell")
+
+
+def test_tensors_replaced_after_the_json_are_caught(tmp_path: Path) -> None:
+    _record().save(tmp_path / "a")
+    other = _record()
+    other.losses = [9.0, 9.0, 9.0]
+    other.save(tmp_path / "b")
+    (tmp_path / "a.safetensors").write_bytes((tmp_path / "b.safetensors").read_bytes())
+    with pytest.raises(RecordError, match="sha256"):
+        Record.load(tmp_path / "a")
+
+
+def test_missing_tensors_file(tmp_path: Path) -> None:
+    _record().save(tmp_path / "cell")
+    (tmp_path / "cell.safetensors").unlink()
+    with pytest.raises(RecordError, match="does not exist"):
+        Record.load(tmp_path / "cell")
+
+
+def test_garbled_json(tmp_path: Path) -> None:
+    _record().save(tmp_path / "cell")
+    (tmp_path / "cell.json").write_text("{not json")
+    with pytest.raises(RecordError, match="not a record's JSON"):
+        Record.load(tmp_path / "cell")
+    (tmp_path / "cell.json").write_text(json.dumps({"tensors_sha256": "x", "format_version": 99}))
+    with pytest.raises(RecordError, match="format_version"):
+        Record.load(tmp_path / "cell")
