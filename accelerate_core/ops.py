@@ -1,6 +1,6 @@
 """Collectives over nested structures: tensors inside dicts, lists, tuples and dataclasses.
 
-The user's model returns whatever it likes (MISSION.md gathers a model-output dataclass), so
+The user's model returns whatever it likes (the user loop gathers a model-output dataclass), so
 every function here walks the structure, applies a per-tensor operation and rebuilds the same
 container types. Non-tensor leaves (None, numbers, strings) are passed through unchanged.
 Without a process group (one process) the collectives are identities, except that a 0-dim tensor

@@ -2,7 +2,7 @@
 
 `optimizer.step()` goes through the strategy, which asks the precision (GradScaler under fp16)
 or the DeepSpeed engine; whether the step was skipped for non-finite gradients comes back and is
-exposed as `is_overflow` (the name the user loop in MISSION.md reads) and `step_was_skipped`.
+exposed as `is_overflow` (the name the user loop (docs/the-user-loop.md) reads) and `step_was_skipped`.
 A prepared scheduler does not advance after a skipped step, so the learning-rate schedule counts
 only the steps that changed the weights.
 """

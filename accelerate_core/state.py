@@ -124,7 +124,7 @@ def shutdown_process_group() -> None:
     that creates a group without ever preparing an Accelerator calls it last instead of
     `dist.destroy_process_group()`.
 
-    Why: user scripts (the MISSION loop among them) end without `destroy_process_group`. Gloo's
+    Why: user scripts (the user loop among them) end without `destroy_process_group`. Gloo's
     worker threads free a finished work object after `wait()` has already returned to Python, and
     freeing it drops tensor references, which takes the GIL. If that happens once the interpreter
     is finalizing, CPython ends the thread inside a noexcept destructor and the rank aborts with

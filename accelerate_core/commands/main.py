@@ -12,6 +12,7 @@ import sys
 from accelerate_core.commands import config as config_command
 from accelerate_core.commands import env as env_command
 from accelerate_core.commands import launch as launch_command
+from accelerate_core.commands.pipes import quiet_when_the_reader_leaves
 from accelerate_core.errors import AccelerateCoreError
 
 USAGE_ERROR = 2  # argparse's status for bad command lines; bad settings are the same kind
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return USAGE_ERROR
     try:
-        status: int = args.handler(args)
+        status: int = quiet_when_the_reader_leaves(lambda: args.handler(args))
     except AccelerateCoreError as exc:
         print(f"accelerate-core {args.command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR

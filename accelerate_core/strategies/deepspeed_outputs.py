@@ -3,7 +3,7 @@
 ZeRO-3 re-gathers a module's partitioned parameters for backward through hooks it attaches to
 the tensors of that module's forward output (deepspeed/runtime/zero/parameter_offload.py,
 `_pre_backward_module_hook` -> runtime/zero/utils.py:apply_to_tensors_only). That walk looks
-into tuples, lists and dicts only. A model returning a plain dataclass (the MISSION loop's
+into tuples, lists and dicts only. A model returning a plain dataclass (the user loop's
 `output.loss`) gets no hook, so a parameter the module owns directly (not through a submodule
 whose output is a tensor) is still partitioned when backward needs it: the first backward fails
 with "The size of tensor a (0) must match the size of tensor b (N)". Measured with DeepSpeed

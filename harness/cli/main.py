@@ -130,12 +130,13 @@ def cmd_ci(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from accelerate_core.commands.pipes import quiet_when_the_reader_leaves
     from accelerate_core.errors import ConfigFileError, InvalidSettingError
     from harness.cli.run import cmd_run
 
     commands = {"list": cmd_list, "run": cmd_run, "golden": cmd_golden, "ci": cmd_ci}
     try:
-        return commands[args.command](args)
+        return quiet_when_the_reader_leaves(lambda: commands[args.command](args))
     except HarnessError as exc:  # every message says what, why, what is valid, the fix
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -1,4 +1,4 @@
-"""A task trained through accelerate_core: the MISSION loop, run on every rank of a launch.
+"""A task trained through accelerate_core: the user loop, run on every rank of a launch.
 
 What it records mirrors harness.truth.reference exactly (same loop, same quantities), so a record and
 a golden differ only by what the backend did: the per-step loss is the global mean

@@ -1,4 +1,4 @@
-"""report.json: the machine-readable report (schema in DESIGN.md; keep it stable).
+"""report.json: the machine-readable report (schema in docs/reading-the-report.md; keep it stable).
 
 {"summary": {status: count}, "environment": {...}, "cells": [{id, task, device, strategy,
 processes, precision, status, reason, duration_s, comparisons: [...]}, ...]} plus extra keys

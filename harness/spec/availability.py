@@ -32,7 +32,8 @@ class Host:
     deepspeed: bool
     # DeepSpeed's CPU accelerator accepts fp16 only when oneDNN has native fp16 on this CPU.
     cpu_native_fp16: bool
-    # Run DeepSpeed fp16 on such a CPU through the labelled emulation (FACTS.md) instead of skipping.
+    # Run DeepSpeed fp16 on such a CPU through the labelled emulation (README, "DeepSpeed on
+    # CPU") instead of skipping.
     allow_cpu_fp16_emulation: bool = True
 
 

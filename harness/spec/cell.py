@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal, cast, get_args
+
+Device = Literal["cpu", "cuda"]
+StrategyName = Literal["single", "ddp", "zero1", "zero2", "zero3"]
+Precision = Literal["fp32", "fp16", "bf16"]
 
 TASK_NAME = re.compile(r"^[a-z0-9_]+$")
-DEVICES = ("cpu", "cuda")
-STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero3")
-PRECISIONS = ("fp32", "fp16", "bf16")
+DEVICES: tuple[Device, ...] = get_args(Device)
+STRATEGIES: tuple[StrategyName, ...] = get_args(StrategyName)
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 CELL_ID = re.compile(
     r"^(?P<task>[a-z0-9_]+)-(?P<device>cpu|cuda)(?P<processes>[0-9]+)-"
     r"(?P<strategy>single|ddp|zero1|zero2|zero3)-(?P<precision>fp32|fp16|bf16)$"
@@ -24,11 +29,11 @@ CELL_ID = re.compile(
 
 @dataclass(frozen=True)
 class Cell:
-    task: str
-    device: str  # "cpu" | "cuda"
+    task: str  # [a-z0-9_]+, a registered task
+    device: Device
     processes: int
-    strategy: str  # "single" | "ddp" | "zero1" | "zero2" | "zero3"
-    precision: str  # "fp32" | "fp16" | "bf16"
+    strategy: StrategyName
+    precision: Precision
 
     @property
     def id(self) -> str:
@@ -73,8 +78,8 @@ class Cell:
             )
         return cls(
             task=match["task"],
-            device=match["device"],
+            device=cast(Device, match["device"]),
             processes=int(match["processes"]),
-            strategy=match["strategy"],
-            precision=match["precision"],
+            strategy=cast(StrategyName, match["strategy"]),
+            precision=cast(Precision, match["precision"]),
         )

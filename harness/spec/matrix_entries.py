@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import MatrixError, explain
-from harness.spec.cell import DEVICES, TASK_NAME, Cell
+from harness.spec.cell import DEVICES, TASK_NAME, Cell, Device, StrategyName
 
 MATCH_KEYS = ("task", "device", "processes", "strategy", "precision")
 EXPECTED_STATUSES = ("xfailed",)
@@ -82,8 +82,9 @@ def check_value(file: Path, where: str, axis: str, value: object, valid_axes: di
 
 def parse_shapes(
     file: Path, entries: list[Any], valid_axes: dict[str, Any]
-) -> list[tuple[str, int, list[str]]]:
-    out = []
+) -> list[tuple[Device, int, list[StrategyName]]]:
+    """(device, processes, strategies) of each [[shapes]] entry, every value checked."""
+    out: list[tuple[Device, int, list[StrategyName]]] = []
     for i, entry in enumerate(entries):
         where = f"[[shapes]] #{i + 1}"
         only_keys(file, where, entry, ("device", "processes", "strategies"))

@@ -105,7 +105,7 @@ class Task:
         return self.global_batch_size // processes
 
     def is_accumulation_boundary(self, step: int) -> bool:
-        """The MISSION loop's condition for an optimizer step after micro-step `step` (0-based
+        """The user loop's condition for an optimizer step after micro-step `step` (0-based
         within the epoch)."""
         return (step + 1) % self.gradient_accumulation_steps == 0 or step == self.micro_steps_per_epoch - 1
 

@@ -22,7 +22,10 @@ from harness.truth.golden_generation import generate
 from harness.truth.record import Record
 from harness.truth.regeneration import REGENERATION_TABLE, regeneration_tolerance
 
-_FIX_UPDATE = "regenerate it with `python -m harness golden --update` (and review the diff)"
+
+def _fix_update(task_name: str, precision: str) -> str:
+    return (f"regenerate it with `python -m harness golden --update --task {task_name} --precision "
+            f"{precision}` (and review the diff)")
 
 
 
@@ -43,9 +46,9 @@ def load_golden(task_name: str, precision: str, golden_dir: Path | None = None) 
     if not stem.with_name(stem.name + ".json").exists():
         raise GoldenError(explain(f"golden {stem}.json", f"there is no golden for task "
                                   f"{task_name!r} at {precision}", "an existing golden file",
-                                  _FIX_UPDATE))
+                                  _fix_update(task_name, precision)))
     try:
-        record = Record.load(stem)
+        record = Record.load(stem, fix=_fix_update(task_name, precision))
     except RecordError as exc:
         raise GoldenError(f"golden {stem.name} is unusable (truncated or tampered with?): {exc}") from None
     meta = record.meta.get("golden", {})
@@ -62,7 +65,7 @@ def load_golden(task_name: str, precision: str, golden_dir: Path | None = None) 
                 f"golden {stem.name}: {what} {short_repr(found)}",
                 f"the task {task_name!r} as defined now has {short_repr(expected)}: the golden was made "
                 "for another task definition (the task's code, fields or data changed since)",
-                "a golden made from the current task", _FIX_UPDATE))
+                "a golden made from the current task", _fix_update(task_name, precision)))
     return record
 
 

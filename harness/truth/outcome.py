@@ -1,4 +1,5 @@
-"""What a cell ended as: the types behind report.json (schema in DESIGN.md; keep it stable)."""
+"""What a cell ended as: the types behind report.json (schema in docs/reading-the-report.md;
+keep it stable)."""
 
 from __future__ import annotations
 

@@ -121,11 +121,12 @@ class Record:
                       self.json_text(data, path_stem.name).encode())
 
     @classmethod
-    def load(cls, path_stem: Path) -> Record:
+    def load(cls, path_stem: Path, fix: str = "rerun the cell") -> Record:
+        """The record at `path_stem`; `fix` is the advice a refusal ends with (a golden's is
+        to regenerate it, a cell's to rerun it)."""
         path_stem = Path(path_stem)
         json_path = path_stem.with_name(path_stem.name + ".json")
         tensor_path = path_stem.with_name(path_stem.name + ".safetensors")
-        fix = "rerun the cell (or, for a golden, `python -m harness golden --update`)"
         if not json_path.exists():
             raise RecordError(explain(f"record {json_path}", "the file does not exist (the run did "
                                       "not finish writing it, or the path is wrong)",

@@ -2,7 +2,7 @@
 
 It imports nothing from accelerate_core on purpose: a baseline made by the code under test would
 prove nothing. fp16 runs through `torch.autocast` + `torch.amp.GradScaler` (with the task's
-injected overflow), bf16 through `torch.autocast`, fp32 as is. The loop is the MISSION loop.
+injected overflow), bf16 through `torch.autocast`, fp32 as is. The loop is the user loop.
 """
 
 from __future__ import annotations

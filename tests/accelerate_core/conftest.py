@@ -15,7 +15,7 @@ MISSION = SCRIPTS / "mission_loop.py"
 
 
 def run_mission(out: Path, *args: str, nproc: int = 2) -> dict[str, Any]:
-    """Run the MISSION loop on `nproc` CPU ranks; return rank 0's record (with `model_path`)."""
+    """Run the user loop on `nproc` CPU ranks; return rank 0's record (with `model_path`)."""
     out.mkdir(parents=True, exist_ok=True)
     run_distributed(MISSION, nproc, ["--cpu", "--out", str(out), *args], timeout=240)
     record: dict[str, Any] = torch.load(out / "record.pt", weights_only=False)

@@ -1,4 +1,4 @@
-"""The facade in one process (no launcher): the MISSION loop, prepare, fp16 skipping, saving."""
+"""The facade in one process (no launcher): the user loop, prepare, fp16 skipping, saving."""
 
 from __future__ import annotations
 

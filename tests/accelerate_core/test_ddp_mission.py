@@ -1,4 +1,4 @@
-"""The MISSION loop on 2 real CPU ranks (DDP over gloo) against plain single-process PyTorch.
+"""The user loop on 2 real CPU ranks (DDP over gloo) against plain single-process PyTorch.
 
 The reference trains one process on the same global batches (plain_reference.py, which imports
 nothing from the core). Tolerances are those of the issue: fp32 to torch's fp32 defaults

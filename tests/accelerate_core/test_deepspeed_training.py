@@ -2,7 +2,7 @@
 
 Two launches in all (start-up, not training, is the cost): one on 2 ranks running every check of
 scripts/deepspeed_checks.py in turn, one on 1 rank. Each check is an Accelerator running the
-MISSION.md loop unchanged; the references are computed here by `plain_reference`, a plain
+user loop (docs/the-user-loop.md) unchanged; the references are computed here by `plain_reference`, a plain
 PyTorch loop that imports nothing from accelerate_core.
 
 Tolerances: fp32 is torch.testing's fp32 default (rtol 1.3e-6, atol 1e-5). bf16 is the issue's

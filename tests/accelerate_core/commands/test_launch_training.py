@@ -1,4 +1,4 @@
-"""The MISSION loop launched by `accelerate-core launch`, compared with plain PyTorch.
+"""The user loop launched by `accelerate-core launch`, compared with plain PyTorch.
 
 The script builds `Accelerator()` with no arguments, so the backend it runs on proves that the
 launch flags reached it through the environment. The reference is computed here, in this
@@ -66,7 +66,7 @@ def test_mission_loop_under_deepspeed_zero2_matches_plain_pytorch(tmp_path: Path
 @pytest.mark.ddp
 @pytest.mark.slow
 def test_default_config_runs_the_fp16_mission_script_and_a_chosen_precision_binds(tmp_path: Path) -> None:
-    """`config --default` leaves precision to the script: MISSION.md's Accelerator(fp16=True) runs
+    """`config --default` leaves precision to the script: the user loop's Accelerator(fp16=True) runs
     (autocast + GradScaler under DDP on CPU). A precision the user did choose still binds."""
     config = tmp_path / "default.yaml"
     env = cli_environ(tmp_path / "cfg")

@@ -1,7 +1,7 @@
 """One launch, many DeepSpeed checks: run under `torch.distributed.run` by test_deepspeed_*.py.
 
 Each check builds its own Accelerator in the same process group (as the harness does), runs the
-MISSION.md user loop unchanged, writes what it observed to OUT/<name>.pt on rank 0, and frees
+user loop (docs/the-user-loop.md) unchanged, writes what it observed to OUT/<name>.pt on rank 0, and frees
 the Accelerator. The tests compare these records with a plain-PyTorch loop they run themselves
 (`plain_reference` below imports nothing from accelerate_core).
 
@@ -131,7 +131,8 @@ def plain_reference(world: int, precision: str = "no", inject_overflow_step: int
 def mission_loop(accelerator: Any, model: Any, optimizer: Any, scheduler: Any, tr_data: Any,
                  eval_data: Any, epochs: int, inject_overflow_step: int | None = None,
                  first_epoch: int = 0, clip_in_loop: float | None = None) -> dict[str, Any]:
-    """The MISSION.md loop, unchanged but for recording, the optional injected overflow and the
+    """The user loop (docs/the-user-loop.md), unchanged but for recording, the optional injected
+    overflow and the
     optional `accelerator.clip_grad_norm_` call before the step (as plain loops write it)."""
     losses, overflows, loss_scales, steps = [], [], [], 0
     engine_optimizer = accelerator.strategy.engine.optimizer
@@ -179,7 +180,7 @@ def build(stage: int, mixed_precision: str, **plugin_kwargs: Any) -> tuple[Any, 
 def check_train(stage: int, mixed_precision: str, out: Path, inject: int | None = None,
                 clip: float | None = None, clip_in_loop: float | None = None,
                 offload: bool = False) -> dict[str, Any]:
-    """The MISSION loop; the state dict is also saved, as MISSION.md does, to
+    """The user loop; the state dict is also saved, as the user loop does, to
     OUT/state_dict_zero{stage}_{precision}[_clip].pt."""
     from accelerate_core.strategies.deepspeed_accel import native_cpu_fp16_supported
 
@@ -191,7 +192,7 @@ def check_train(stage: int, mixed_precision: str, out: Path, inject: int | None 
         **offloads)
     record = mission_loop(accelerator, model, optimizer, scheduler, train, evaluation, EPOCHS, inject,
                           clip_in_loop=clip_in_loop)
-    # As in MISSION.md: every rank calls get_state_dict, the main process saves it.
+    # As in the user loop: every rank calls get_state_dict, the main process saves it.
     record["state_dict"] = accelerator.get_state_dict(model)
     suffix = "_clip" if clip is not None or clip_in_loop is not None else "_offload" if offload else ""
     accelerator.save(record["state_dict"], out / f"state_dict_zero{stage}_{mixed_precision}{suffix}.pt")

@@ -109,7 +109,7 @@ def plain_reference(kind: str, world: int, precision: str = "no") -> dict[str, A
 
 
 def check_train(kind: str, stage: int, precision: str) -> dict[str, Any]:
-    """The MISSION loop (output.loss, accelerator.backward, optimizer.step/zero_grad)."""
+    """The user loop (output.loss, accelerator.backward, optimizer.step/zero_grad)."""
     from accelerate_core import Accelerator, DeepSpeedPlugin
 
     accelerator = Accelerator(cpu=True, mixed_precision=precision,

@@ -2,7 +2,8 @@
 
 Run on every rank of a launch; each rank writes "initialized" or "destroyed" to --out/rank<R>.
 --own-group: the script creates the group before the Accelerator, which then reuses it.
-Neither way does the script call destroy_process_group (MISSION.md's loop does not either).
+Neither way does the script call destroy_process_group (the user loop, docs/the-user-loop.md,
+does not either).
 """
 
 from __future__ import annotations

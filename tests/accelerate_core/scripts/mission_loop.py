@@ -1,6 +1,6 @@
-"""The MISSION.md user loop, run through accelerate_core (one process or under torchrun).
+"""The user loop (docs/the-user-loop.md), run through accelerate_core (one process or under torchrun).
 
-The loop body is MISSION.md's, plus lines that record what happened (marked `# record`) and the
+The loop body is the user loop's, plus lines that record what happened (marked `# record`) and the
 test-only hooks: --inject-overflow-step (makes one optimizer step's gradients non-finite),
 --save-state-at / --resume-from (checkpoint and resume). Rank 0 writes, under --out DIR,
 model.pt (the MISSION's `accelerator.save(accelerator.get_state_dict(model), path)`) and
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("--inject-overflow-step needs --mixed-precision fp16 (only loss scaling can skip a step)")
     gradient_accumulation_steps = config.gradient_accumulation_steps
     plugin = DeepSpeedPlugin(zero_stage=args.zero_stage) if args.zero_stage is not None else None
-    # MISSION.md writes Accelerator(fp16=True); the other precisions go by name.
+    # The user loop writes Accelerator(fp16=True); the other precisions go by name.
     precision: dict[str, Any] = (
         {"fp16": True} if args.mixed_precision == "fp16" else {"mixed_precision": args.mixed_precision}
     )

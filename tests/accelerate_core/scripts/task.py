@@ -1,4 +1,4 @@
-"""The small classification task the MISSION loop trains in the core's tests.
+"""The small classification task the user loop trains in the core's tests.
 
 Shared by mission_loop.py (through the core) and plain_reference.py (plain torch, nothing from
 accelerate_core), so both start from identical weights and data.

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
-from tests.harness.runner_helpers import cells_by_id, run_harness, write_matrix
+import pytest
+
+from tests.harness.runner_helpers import REPO_ROOT, cells_by_id, run_harness, write_matrix
 
 
 def test_list_shows_markers_and_skip_reasons_and_hides_canaries(tmp_path: Path) -> None:
@@ -74,3 +78,13 @@ def _ds() -> bool:
     from accelerate_core.imports import is_deepspeed_available
 
     return is_deepspeed_available()
+
+
+@pytest.mark.parametrize("reader", ["head -2", "grep -m1 zero3"])
+def test_list_behaves_in_a_pipe(reader: str) -> None:
+    # The reader stops reading early: no BrokenPipeError traceback, SIGPIPE's status (141).
+    command = f"set -o pipefail; {sys.executable} -m harness list | {reader}"
+    done = subprocess.run(["bash", "-c", command], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.stdout.strip() and done.returncode in (0, 141)

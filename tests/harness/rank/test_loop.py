@@ -1,4 +1,4 @@
-"""The MISSION loop through the core, judged against the plain-PyTorch goldens: one process
+"""The user loop through the core, judged against the plain-PyTorch goldens: one process
 in-process, and real 2-process launches (DDP; DeepSpeed ZeRO 1-3 where installed)."""
 
 from __future__ import annotations

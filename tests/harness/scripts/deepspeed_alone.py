@@ -35,7 +35,7 @@ def one_step(task_name: str, stage: int) -> dict[str, object]:
     try:
         engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config,
                                                dist_init_required=False)
-        output = engine(**batch)  # the task's plain dataclass output, as the MISSION loop reads it
+        output = engine(**batch)  # the task's plain dataclass output, as the user loop reads it
         engine.backward(output.loss)
         engine.step()
         entry.update(ok=True)

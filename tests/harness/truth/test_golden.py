@@ -97,8 +97,12 @@ def test_tampered_tensor_fails_the_hash(golden_copy: Path) -> None:
     data = bytearray(tensors.read_bytes())
     data[-3] ^= 0x01  # one bit of the last tensor's data
     tensors.write_bytes(bytes(data))
-    with pytest.raises(GoldenError, match="sha256"):
+    with pytest.raises(GoldenError, match="sha256") as raised:
         load_golden("classifier", "fp32", golden_dir=golden_copy)
+    # The golden's own fix, for this golden only; not a cell's advice.
+    fix = str(raised.value).rsplit("Fix: ", 1)[1]
+    assert fix.startswith("regenerate it with `python -m harness golden --update --task classifier "
+                          "--precision fp32`") and "rerun the cell" not in str(raised.value)
 
 
 def test_golden_of_another_task_definition(golden_copy: Path) -> None:

@@ -1,4 +1,4 @@
-"""The MISSION loop as MISSION.md's user writes it: `Accelerator(fp16=True)`. Under a config that
+"""The user loop as the user loop's user writes it: `Accelerator(fp16=True)`. Under a config that
 leaves mixed precision unset it runs in fp16; under one that set another precision it must stop
 with a ConflictingSettingsError. Rank 0 writes its results to the file named by argv[1]."""
 

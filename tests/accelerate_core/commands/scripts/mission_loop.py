@@ -1,4 +1,4 @@
-"""The MISSION loop (MISSION.md's user code) over a given Accelerator; rank 0 writes what the run
+"""The user loop (the user loop of docs/the-user-loop.md) over a given Accelerator; rank 0 writes what the run
 produced, and what the Accelerator resolved, to `out_path`. Shared by the user scripts that
 `accelerate-core launch` starts (mission_noargs.py, mission_fp16.py), which differ only in how
 they build their Accelerator."""

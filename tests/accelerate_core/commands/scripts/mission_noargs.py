@@ -1,4 +1,4 @@
-"""The MISSION loop as a user script: `Accelerator()` with no arguments, so every setting comes
+"""The user loop as a user script: `Accelerator()` with no arguments, so every setting comes
 from `accelerate-core launch` (through the environment). Rank 0 writes what the run produced,
 and what the Accelerator resolved, to the file named by argv[1]."""
 

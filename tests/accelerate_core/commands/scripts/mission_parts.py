@@ -1,4 +1,4 @@
-"""The MISSION loop's model, data and a plain-PyTorch reference run of it (no accelerate_core).
+"""The user loop's model, data and a plain-PyTorch reference run of it (no accelerate_core).
 
 Imported by mission_noargs.py (the script `accelerate-core launch` starts) and by the test,
 which computes the reference in its own process: a baseline made by the code under test would
@@ -59,7 +59,7 @@ def build(batch_size: int) -> tuple[nn.Module, torch.optim.Optimizer, Any, DataL
 
 
 def reference(world_size: int) -> dict[str, Any]:
-    """The MISSION loop in plain PyTorch on one process with the global batch."""
+    """The user loop in plain PyTorch on one process with the global batch."""
     model, optimizer, scheduler, train, evaluation = build(BATCH_PER_RANK * world_size)
     for _ in range(EPOCHS):
         for step, batch in enumerate(train):
