@@ -13,8 +13,21 @@ import torch
 from torch.utils.data import DataLoader
 
 from accelerate_core import Accelerator, DeepSpeedPlugin
+from harness.rank.evidence import watching_activations, what_ran
 from harness.tasks.base import Task
 from harness.truth.record import Fingerprint, Record
+
+# ZeRO-3 keeps a parameter whole on every rank below `stage3_param_persistence_threshold`
+# elements (default 1e5, more than any task's parameter) and keeps gathered ones around for
+# reuse and prefetch: with the defaults, no parameter of these tasks is ever partitioned and a
+# bug in gathering partitioned weights (a state dict of empty shards) could never show. These
+# settings make ZeRO-3 partition every parameter; the record's evidence proves that it did
+# (matrix/matrix.toml says so where the zero3 cells are declared).
+FORCE_ZERO3_PARTITIONING = {"zero_optimization": {
+    "stage3_param_persistence_threshold": 0,
+    "stage3_max_reuse_distance": 0,
+    "stage3_prefetch_bucket_size": 0,
+}}
 
 
 def train_with_core(task: Task, *, precision: str, cpu: bool, zero_stage: int | None,
@@ -23,7 +36,8 @@ def train_with_core(task: Task, *, precision: str, cpu: bool, zero_stage: int | 
     torch.manual_seed(task.seed)  # a clean RNG per cell, even when cells share a process
     plugin = None
     if zero_stage is not None:
-        plugin = DeepSpeedPlugin(zero_stage=zero_stage, cpu_fp16_emulation=cpu_fp16_emulation)
+        config = FORCE_ZERO3_PARTITIONING if zero_stage == 3 else None
+        plugin = DeepSpeedPlugin(zero_stage=zero_stage, cpu_fp16_emulation=cpu_fp16_emulation, config=config)
     accelerator = Accelerator(
         mixed_precision="no" if precision == "fp32" else precision, cpu=cpu,
         gradient_accumulation_steps=task.gradient_accumulation_steps, deepspeed_plugin=plugin,
@@ -49,29 +63,33 @@ def _run(accelerator: Accelerator, task: Task, precision: str) -> Record | None:
     skipped: list[int] = []
     scales: list[float] = []
     opt_step = 0
+    seen: dict[str, object] = {}
     model.train()
-    for _epoch in range(task.epochs):
-        for step, batch in enumerate(tr_data):
-            output = model(**batch)
-            losses.append(float(accelerator.reduce(output.loss.detach().float(), "mean")))
-            boundary = (step + 1) % accumulation == 0 or step == len(tr_data) - 1
-            loss = output.loss / accumulation
-            if boundary and task.injects_overflow(precision, opt_step):
-                loss = loss * float("inf")  # as in the reference: this step must be skipped
-            accelerator.backward(loss)
-            if not boundary:
-                continue
-            lrs.append([group["lr"] for group in optimizer.param_groups])
-            optimizer.step()
-            optimizer.zero_grad()
-            if optimizer.is_overflow:  # fp16 loss scaling skipped this step
-                skipped.append(opt_step)
-            else:
-                lr_scheduler.step()
-            scale = accelerator.loss_scale()  # GradScaler's, or the DeepSpeed fp16 engine's
-            if scale is not None:
-                scales.append(scale)
-            opt_step += 1
+    with watching_activations(model, seen):
+        for _epoch in range(task.epochs):
+            for step, batch in enumerate(tr_data):
+                output = model(**batch)
+                losses.append(float(accelerator.reduce(output.loss.detach().float(), "mean")))
+                boundary = (step + 1) % accumulation == 0 or step == len(tr_data) - 1
+                loss = output.loss / accumulation
+                if boundary and task.injects_overflow(precision, opt_step):
+                    loss = loss * float("inf")  # as in the reference: this step must be skipped
+                accelerator.backward(loss)
+                if not boundary:
+                    continue
+                lrs.append([group["lr"] for group in optimizer.param_groups])
+                optimizer.step()
+                optimizer.zero_grad()
+                if optimizer.is_overflow:  # fp16 loss scaling skipped this step
+                    skipped.append(opt_step)
+                else:
+                    lr_scheduler.step()
+                scale = accelerator.loss_scale()  # GradScaler's, or the DeepSpeed fp16 engine's
+                if scale is not None:
+                    scales.append(scale)
+                opt_step += 1
+
+    evidence = {**what_ran(accelerator), **seen}  # before teardown: the engine is still there
 
     model.eval()
     logits, labels = [], []
@@ -93,6 +111,7 @@ def _run(accelerator: Accelerator, task: Task, precision: str) -> Record | None:
         loss_scales=scales,
         eval_outputs={"logits": torch.cat(logits), "labels": torch.cat(labels)},
         state_dict=state_dict,
+        meta={"evidence": evidence},
         fingerprint=Fingerprint.here(
             device=accelerator.device.type, world_size=processes, seed=task.seed, precision=precision,
             strategy=accelerator.strategy.registered_name, emulated=accelerator.strategy.emulated,

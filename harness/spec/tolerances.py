@@ -29,6 +29,8 @@ class Tolerance:
 
 LR_TOLERANCE = Tolerance(precision="any", family="any", rtol=1e-9, atol=0.0,
                          reason="learning rates are computed identically on every backend")
+EXACT = Tolerance(precision="any", family="any", rtol=0.0, atol=0.0,
+                  reason="set by a policy, not computed: any difference is a different policy")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import math
 import torch
 
 from harness.spec.cell import Cell
-from harness.spec.tolerances import LR_TOLERANCE, Tolerance
+from harness.spec.tolerances import EXACT, LR_TOLERANCE, Tolerance
 from harness.truth.outcome import Comparison
 from harness.truth.record import Record
 
@@ -25,6 +25,10 @@ def compare_record(record: Record, golden: Record, tolerance: Tolerance) -> list
         # any difference is a step taken at the wrong time, so they get no precision allowance.
         _values("lrs", _lrs(record), _lrs(golden), LR_TOLERANCE, "optimizer step"),
         _skipped(record, golden),
+        # Loss scales are powers of two set by the scaling policy: a policy that halves on
+        # another step, or starts elsewhere, is a different policy, so they must match exactly.
+        _values("loss_scales", torch.tensor(record.loss_scales, dtype=torch.float64),
+                torch.tensor(golden.loss_scales, dtype=torch.float64), EXACT, "optimizer step"),
     ]
     for prefix, mine, theirs in (("eval", record.eval_outputs, golden.eval_outputs),
                                  ("state_dict", record.state_dict, golden.state_dict)):

@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.spec.cell import Cell
 from harness.spec.matrix import Expected, Matrix
+from harness.truth.evidence import evidence_mismatch
 from harness.truth.outcome import CellResult, Comparison, Status
 
 
@@ -56,7 +57,12 @@ def judge_record(
     common["extra"] = {
         "losses": [float(x) for x in record.losses],
         "golden_losses": [float(x) for x in golden.losses],
+        "evidence": record.meta.get("evidence"),
     }
+    # Evidence first: numbers that happen to be close prove nothing about a backend that never ran.
+    mismatch = evidence_mismatch(cell, record)
+    if mismatch is not None:
+        return new_result(cell, Status.FAILED, f"evidence: {mismatch}", comparisons=comparisons, **common)
     reason = ""
     if not all(c.ok for c in comparisons):
         reason = diagnose(cell.id, comparisons, record)

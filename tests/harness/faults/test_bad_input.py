@@ -16,7 +16,13 @@ from harness.spec.matrix import load_matrix
 from harness.truth.judge import judge_record
 from harness.truth.outcome import Status
 from tests.cpu_paths import WITHOUT_NATIVE_FP16
-from tests.harness.runner_helpers import SMALL_MATRIX, cells_by_id, run_harness, write_matrix
+from tests.harness.runner_helpers import (
+    SMALL_MATRIX,
+    cells_by_id,
+    golden_as_record,
+    run_harness,
+    write_matrix,
+)
 
 EXIT_USAGE = 2
 
@@ -145,7 +151,7 @@ def broken_goldens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     golden_dir.mkdir()
     for suffix in (".json", ".safetensors"):
         shutil.copy(GOLDENS / f"regression-fp32{suffix}", golden_dir / f"regression-fp32{suffix}")
-        shutil.copy(GOLDENS / f"regression-fp32{suffix}", tmp_path / f"regression-cpu1-single-fp32{suffix}")
+    golden_as_record(GOLDENS / "regression-fp32", tmp_path / "regression-cpu1-single-fp32")
     monkeypatch.setattr(harness.truth.golden, "GOLDEN_DIR", golden_dir)
     return golden_dir
 

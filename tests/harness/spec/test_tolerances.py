@@ -15,6 +15,7 @@ from harness.spec.matrix import load_matrix
 from harness.truth.golden import load_golden
 from harness.truth.judge import judge_record
 from harness.truth.outcome import Status
+from tests.harness.runner_helpers import SINGLE_CPU_EVIDENCE
 
 
 def test_tolerances_from_the_matrix_have_reasons() -> None:
@@ -59,6 +60,7 @@ def test_the_matrix_in_use_decides_the_verdict(tmp_path: Path) -> None:
     cell = Cell("regression", "cpu", 1, "single", "fp32")
     record = copy.deepcopy(load_golden("regression", "fp32"))
     record.state_dict["weight"] += 2e-6
+    record.meta["evidence"] = dict(SINGLE_CPU_EVIDENCE)  # the judge checks it before numbers
     record.save(tmp_path / "records" / cell.id)
     tight = _matrix_with(tmp_path, "".join(
         f'[tolerances.{precision}.{family}]\nrtol = 0.0\natol = 1e-7\nreason = "far tighter, for this test"\n'

@@ -31,8 +31,8 @@ def test_identical_record_passes_everything(golden: Record) -> None:
     comparisons = compare_record(copy.deepcopy(golden), golden, FP32)
     assert all(c.ok and c.max_abs_diff == 0 and c.first_divergence is None for c in comparisons)
     names = {c.quantity for c in comparisons}
-    assert {"losses", "lrs", "skipped_steps", "eval/logits", "state_dict/head.weight"} <= names
-    assert len(names) == 3 + len(golden.eval_outputs) + len(golden.state_dict)
+    assert {"losses", "lrs", "skipped_steps", "loss_scales", "eval/logits", "state_dict/head.weight"} <= names
+    assert len(names) == 4 + len(golden.eval_outputs) + len(golden.state_dict)
 
 
 def test_one_changed_element_names_tensor_and_index(golden: Record) -> None:
@@ -69,6 +69,19 @@ def test_missing_and_extra_tensors_and_shapes(golden: Record) -> None:
     logits = by_name["eval/logits"]
     assert not logits.ok and logits.note is not None
     assert "shape (36, 8, 24) vs golden (37, 8, 24)" in logits.note
+
+
+def test_loss_scales_must_match_exactly() -> None:
+    # A scaling policy that halves one step later is another policy, even when the same step
+    # was skipped: loss scales get no tolerance at all.
+    golden = load_golden("classifier", "fp16")
+    assert golden.loss_scales, "the fp16 golden records GradScaler's scales"
+    record = copy.deepcopy(golden)
+    record.loss_scales[-1] *= 2
+    loosest = load_matrix().tolerance_for("fp16", "zero3")
+    scales = _by_name(compare_record(record, golden, loosest))["loss_scales"]
+    assert not scales.ok and scales.first_divergence == f"optimizer step {len(golden.loss_scales) - 1}"
+    assert (scales.rtol, scales.atol) == (0.0, 0.0)
 
 
 def test_learning_rates_get_no_precision_allowance(golden: Record) -> None:
@@ -125,4 +138,4 @@ def test_diagnosis_reads_like_one(golden: Record) -> None:
 def test_diagnosis_of_a_pass() -> None:
     golden = load_golden("regression", "fp32")
     sentence = diagnose("regression-cpu1-single-fp32", compare_record(golden, golden, FP32), golden)
-    assert sentence.startswith("single fp32: all 7 quantities within tolerance")
+    assert sentence.startswith("single fp32: all 8 quantities within tolerance")
