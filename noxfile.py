@@ -37,17 +37,19 @@ REPORTS = Path("reports")
 OLDER_CPU = {"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 # What touches numerics or fp16 detection (the whole suite again would double CI's time): the
 # goldens (regenerated under the caps) and the reference, the core against plain PyTorch on one
-# process, DeepSpeed training (all its fp16 paths), the harness loop against the goldens (27
-# ZeRO runs, fp16 through the emulation), availability, the fp16 fault cases, `env`.
+# process, DeepSpeed fp16 on CPU (native where there is one, the emulation, the refusal), fp16
+# availability and its fault cases, and what `env` says about the machine.
 NUMERICS_TESTS = [
     "tests/harness/truth/test_golden.py",
     "tests/harness/truth/test_reference.py",
     "tests/harness/spec/test_availability.py",
-    "tests/harness/rank/test_loop.py",
-    "tests/harness/faults/test_bad_input.py",
     "tests/accelerate_core/test_accelerator_single.py",
-    "tests/accelerate_core/test_deepspeed_training.py",
-    "tests/accelerate_core/commands/test_env_command.py",
+    "tests/accelerate_core/test_deepspeed_training.py::test_fp16_native_path_reports_injected_overflow_and_skips_the_step",
+    "tests/accelerate_core/test_deepspeed_training.py::test_fp16_emulation_path_reports_injected_overflow_and_skips_the_step",
+    "tests/accelerate_core/test_deepspeed_training.py::test_fp16_without_opt_in_is_a_specific_error",
+    "tests/harness/faults/test_bad_input.py::test_fp16_deepspeed_on_cpu_without_emulation_is_skipped_with_the_reason",
+    "tests/harness/faults/test_bad_input.py::test_fp16_deepspeed_on_cpu_without_emulation_is_refused_by_the_core",
+    "tests/accelerate_core/commands/test_env_command.py::test_env_names_what_decides_numerics_here",
 ]
 
 nox.options.sessions = ["lint", "tests", "matrix"]
@@ -112,7 +114,9 @@ def matrix(session: nox.Session, env: str) -> None:
     _install(session, EXTRAS[env])
     _check_deepspeed(session, env)
     _build_deepspeed_ops(session, env)
-    command = ["python", "-m", "harness", "run", "--env-name", env, "--report-dir", str(REPORTS / env)]
+    # reports/<env> belongs to this session: each run replaces the last (--overwrite says so).
+    command = ["python", "-m", "harness", "run", "--env-name", env, "--report-dir", str(REPORTS / env),
+               "--overwrite"]
     other = REPORTS / "nodeepspeed"
     if env == "deepspeed" and (other / "report.json").is_file():
         command += ["--compare-records", str(other)]

@@ -6,7 +6,9 @@ fail when the committed files and the matrix disagree, so the matrix stays the o
 Each `[environments.NAME]` of the matrix becomes a job: CPU jobs on hosted runners (deepspeed
 installed / absent), GPU jobs on self-hosted runners chosen by the labels in `runs_on`. The
 deepspeed CPU job waits for the nodeepspeed one and compares its non-DeepSpeed records with
-that job's (`--compare-records`): the cross-environment check.
+that job's (`--compare-records`): the cross-environment check. A final job, `merge`, waits for
+every CPU job, downloads their reports and writes one merged report with
+`python -m harness report merge` (one grid, the cross-environment comparison, one verdict).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ HEADER = (
 )
 # The nodeepspeed job's records feed the deepspeed job's cross-environment check.
 CROSS_CHECK = {"deepspeed": "nodeepspeed"}
+MERGE_JOB = "merge"  # the final job: one report of every CPU environment
+MERGED_DIR = "reports/merged"
 
 
 def job_id(env: Environment) -> str:
@@ -48,6 +52,66 @@ def _install(env: Environment) -> str:
     extras = ",".join(env.extras)
     project = f'python -m pip install -e ".[{extras}]"' if extras else "python -m pip install -e ."
     return "\n".join(["python -m pip install --upgrade pip", torch, project, "python -m pip list"]) + "\n"
+
+
+VENV = 'python3 -m venv .venv\necho "$PWD/.venv/bin" >> "$GITHUB_PATH"\n'
+
+
+def _setup_steps() -> list[dict[str, Any]]:
+    return [
+        {"uses": "actions/checkout@v4"},
+        {"uses": "actions/setup-python@v5", "with": {"python-version": "3.11"}},
+        {"name": "Virtual environment", "run": VENV},
+    ]
+
+
+def _merge_job(environments: dict[str, Environment]) -> dict[str, Any] | None:
+    """The final job: the CPU jobs' report artifacts merged into one report (`report-merged`).
+    Environments without deepspeed come first: their records are the baseline of the comparison."""
+    cpu = sorted((env for env in environments.values() if env.device == "cpu"), key=lambda env: env.deepspeed)
+    if not cpu:
+        return None
+    dirs = [f"reports/{env.name}" for env in cpu]
+    # The merge reads records through safetensors (the test extra); deepspeed is never needed.
+    installer = Environment(name=MERGE_JOB, description="", deepspeed=False, device="cpu", extras=("test",))
+    steps = _setup_steps()
+    steps.append({"name": "Install (torch first, pinned)", "run": _install(installer)})
+    for env in cpu:
+        steps.append(
+            {
+                "name": f"Report of {env.name}",
+                "uses": "actions/download-artifact@v4",
+                # A missing report is named by the merge itself (exit 2, with the fix).
+                "continue-on-error": True,
+                "with": {"name": f"report-{env.name}", "path": f"reports/{env.name}"},
+            }
+        )
+    steps += [
+        {
+            "name": "Merge",
+            "run": f"python -m harness report merge {' '.join(dirs)} --out {MERGED_DIR}\n",
+        },
+        {
+            "name": "Step summary",
+            "if": "always()",
+            "run": f'cat {MERGED_DIR}/report.md >> "$GITHUB_STEP_SUMMARY" || true\n',
+        },
+        {
+            "name": "Upload merged report",
+            "if": "always()",
+            "uses": "actions/upload-artifact@v4",
+            "with": {"name": "report-merged", "path": MERGED_DIR, "if-no-files-found": "warn"},
+        },
+    ]
+    return {
+        "name": "Merged report (" + ", ".join(env.name for env in cpu) + ")",
+        "runs-on": ["ubuntu-latest"],
+        "needs": [job_id(env) for env in cpu],
+        # Runs also when a CPU job failed: the merged report is where that failure is read.
+        "if": "${{ !cancelled() }}",
+        "timeout-minutes": 20,
+        "steps": steps,
+    }
 
 
 def _job(env: Environment, environments: dict[str, Environment]) -> dict[str, Any]:
@@ -121,12 +185,16 @@ def workflow(matrix_path: str | Path | None = None) -> dict[str, Any]:
     """The workflow as data (what the YAML text parses back to)."""
     matrix = load_matrix(matrix_path)
     envs = matrix.environments
+    jobs = {job_id(env): _job(env, envs) for env in envs.values()}
+    merge = _merge_job(envs)
+    if merge is not None:
+        jobs[MERGE_JOB] = merge
     return {
         "name": "matrix",
         "on": {"push": {"branches": ["main"]}, "pull_request": {}, "workflow_dispatch": {}},
         "concurrency": {"group": "matrix-${{ github.ref }}", "cancel-in-progress": True},
         "permissions": {"contents": "read"},
-        "jobs": {job_id(env): _job(env, envs) for env in envs.values()},
+        "jobs": jobs,
     }
 
 

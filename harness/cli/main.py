@@ -1,7 +1,8 @@
-"""`python -m harness list|run|golden|ci`.
+"""`python -m harness list|run|golden|ci|report merge`.
 
 Exit codes: 0 nothing failed unexpectedly; 1 a cell failed (failed, xpassed, error, timeout,
-crashed) or goldens/workflows differ; 2 bad input (the message says what, why, valid, fix);
+crashed), goldens/workflows differ, or merged environments' records differ; 2 bad input (the
+message says what, why, valid, fix);
 130/143 interrupted by SIGINT/SIGTERM (the partial report is written first).
 """
 
@@ -42,12 +43,16 @@ def build_parser() -> argparse.ArgumentParser:
     _selection_args(lister)
     run = sub.add_parser("run", help="run the selected cells and write a report")
     _selection_args(run)
-    run.add_argument("--report-dir", type=Path, default=None, help="default reports/<env-name>")
+    run.add_argument("--report-dir", type=Path, default=None,
+                     help="default: a new reports/runs/<time>-<env-name>/ (reports/latest points at it)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="let --report-dir replace the report of an earlier run there")
     run.add_argument("--isolate", action="store_true", help="one launch per cell")
     run.add_argument("--timeout", type=_seconds, default=120.0, metavar="SECONDS", help="per cell")
     again = run.add_mutually_exclusive_group()
     again.add_argument("--resume", type=Path, metavar="DIR", help="run only cells missing or failed in DIR")
-    again.add_argument("--last-failed", action="store_true", help="--resume the report dir")
+    again.add_argument("--last-failed", action="store_true",
+                       help="--resume the --report-dir, or the latest run (reports/latest)")
     run.add_argument("--env-name", default=None, help="environment of matrix.toml (default: detected)")
     run.add_argument(
         "--compare-records",
@@ -65,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     ci = sub.add_parser("ci", help="write .github/workflows from matrix.toml")
     ci.add_argument("--check", action="store_true", help="exit 1 when committed files differ")
     ci.add_argument("--matrix", type=Path, default=None)
+    from harness.cli.report_merge import add_arguments
+
+    report = sub.add_parser("report", help="work on report dirs: `report merge DIR... --out DIR`")
+    add_arguments(report)
     return parser
 
 
@@ -132,9 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from accelerate_core.commands.pipes import quiet_when_the_reader_leaves
     from accelerate_core.errors import ConfigFileError, InvalidSettingError
+    from harness.cli.report_merge import cmd_report
     from harness.cli.run import cmd_run
 
-    commands = {"list": cmd_list, "run": cmd_run, "golden": cmd_golden, "ci": cmd_ci}
+    commands = {"list": cmd_list, "run": cmd_run, "golden": cmd_golden, "ci": cmd_ci, "report": cmd_report}
     try:
         return quiet_when_the_reader_leaves(lambda: commands[args.command](args))
     except HarnessError as exc:  # every message says what, why, what is valid, the fix

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from accelerate_core.imports import is_deepspeed_available
@@ -75,6 +76,53 @@ def check_env_name(matrix: Matrix, name: str) -> None:
         )
 
 
+REPORTS = Path("reports")
+LATEST = REPORTS / "latest"
+
+
+def new_run_dir(env_name: str) -> Path:
+    """A fresh folder per run without --report-dir: a run never replaces an earlier report."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    candidate = REPORTS / "runs" / f"{stamp}-{env_name}"
+    suffix = 1
+    while candidate.exists():  # two runs in the same second
+        suffix += 1
+        candidate = REPORTS / "runs" / f"{stamp}-{env_name}-{suffix}"
+    return candidate
+
+
+def point_latest_at(report_dir: Path) -> None:
+    """reports/latest -> this run's folder (a relative link, replaced atomically)."""
+    temporary = LATEST.with_name(f".latest-{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    temporary.symlink_to(os.path.relpath(report_dir, LATEST.parent))
+    os.replace(temporary, LATEST)
+
+
+def latest_run() -> Path:
+    if not LATEST.exists():
+        raise UsageError(explain(
+            "--last-failed without --report-dir", f"there is no {LATEST} (no run without --report-dir yet)",
+            "a report dir of an earlier run", "pass --report-dir DIR (or --resume DIR) of the run to resume"))
+    return LATEST.resolve()
+
+
+def refuse_to_replace(report_dir: Path, overwrite: bool) -> None:
+    """An earlier run's report is never replaced silently: only with --overwrite."""
+    earlier = report_dir / "report.json"
+    if overwrite or not earlier.exists():
+        return
+    try:
+        summary = json.loads(earlier.read_text(encoding="utf-8")).get("summary", {})
+        what = ", ".join(f"{count} {status}" for status, count in summary.items()) or "no cells"
+    except (OSError, ValueError, AttributeError):
+        what = "unreadable"
+    raise UsageError(explain(
+        f"--report-dir {str(report_dir)!r}", f"it holds the report of an earlier run ({what}), which this "
+        "run would replace", "a new or empty folder; the same folder with --overwrite; or --resume it",
+        f"pass another --report-dir, add --overwrite to replace it, or --resume {report_dir} to finish it"))
+
+
 def check_writable(report_dir: Path) -> None:
     probe = report_dir / f".write-probe-{os.getpid()}"
     try:
@@ -117,8 +165,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     matrix, cells = selected_cells(args)
     env_name = args.env_name or default_env_name()
     check_env_name(matrix, env_name)
-    resume_dir = args.resume or (args.report_dir or Path("reports") / env_name if args.last_failed else None)
-    report_dir = args.report_dir or resume_dir or Path("reports") / env_name
+    resume_dir = args.resume or (args.report_dir or latest_run() if args.last_failed else None)
+    report_dir = args.report_dir or resume_dir or new_run_dir(env_name)
+    if resume_dir is None:
+        refuse_to_replace(report_dir, args.overwrite)
     check_writable(report_dir)
     if args.compare_records is not None and not (args.compare_records / "records").is_dir():
         raise UsageError(
@@ -164,6 +214,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if interrupted:
         environment["interrupted"] = f"by {interrupted}: {len(results)} of {len(cells)} cells finished"
     write_reports(results, environment, report_dir)
+    if args.report_dir is None and resume_dir is None:
+        point_latest_at(report_dir)
     print_summary(results)
     print(f"report: {report_dir / 'report.html'}")
     if interrupted:

@@ -2,7 +2,8 @@
 
 {"summary": {status: count}, "environment": {...}, "cells": [{id, task, device, strategy,
 processes, precision, status, reason, duration_s, comparisons: [...]}, ...]} plus extra keys
-(schema_version, ok, total, and per cell detail, emulated, environment, extra).
+(schema_version, ok, total, and per cell detail, emulated, environment, extra). A merged report
+(`python -m harness report merge`) adds "environments" and "cross_environment".
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from harness.report.merged import MergedReport
 from harness.report.summary import counts, ok
 from harness.truth.outcome import CellResult
 
@@ -42,3 +44,19 @@ def report_dict(results: Sequence[CellResult], environment: dict[str, Any]) -> d
 
 def render_json(results: Sequence[CellResult], environment: dict[str, Any]) -> str:
     return json.dumps(report_dict(results, environment), indent=2, allow_nan=False) + "\n"
+
+
+def merged_report_dict(merged: MergedReport) -> dict[str, Any]:
+    """The same top-level keys as one environment's report.json (its "environment" names what was
+    merged), plus "environments" (each input's environment block, in the order given) and
+    "cross_environment" (each comparison of a non-DeepSpeed cell's records). Every cell keeps its
+    own "environment"; "ok" is the merge's verdict (no unexpected failure, no differing record)."""
+    data = report_dict(merged.results, merged.environment)
+    data["ok"] = merged.ok
+    data["environments"] = [_finite(report.environment) for report in merged.inputs]
+    data["cross_environment"] = [_finite(check.to_json()) for check in merged.cross]
+    return data
+
+
+def render_merged_json(merged: MergedReport) -> str:
+    return json.dumps(merged_report_dict(merged), indent=2, allow_nan=False) + "\n"

@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from typing import Any
 
+from harness.report.merged import MergedReport
 from harness.report.text import failure_text
 from harness.truth.outcome import CellResult, Status
 
@@ -23,9 +24,8 @@ def _clean(text: str) -> str:
     return "".join(ch for ch in text if ch in "\t\n\r" or ord(ch) >= 0x20)
 
 
-def render_junit(results: Sequence[CellResult], environment: dict[str, Any]) -> str:
+def _suite(suites: ET.Element, results: Sequence[CellResult], environment: dict[str, Any]) -> None:
     env_name = str(environment.get("name", "matrix"))
-    suites = ET.Element("testsuites")
     suite = ET.SubElement(
         suites,
         "testsuite",
@@ -61,5 +61,45 @@ def render_junit(results: Sequence[CellResult], environment: dict[str, Any]) -> 
         elif status in _SKIPPED:
             kind = "pytest.xfail" if status is Status.XFAILED else "pytest.skip"
             ET.SubElement(case, "skipped", message=message, type=kind)
+
+
+def _text(suites: ET.Element) -> str:
     ET.indent(suites)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def render_junit(results: Sequence[CellResult], environment: dict[str, Any]) -> str:
+    suites = ET.Element("testsuites")
+    _suite(suites, results, environment)
+    return _text(suites)
+
+
+def render_merged_junit(merged: MergedReport) -> str:
+    """One testsuite per environment (as its own junit.xml has it), then `cross_environment`:
+    one testcase per compared record, a <failure> where it differs."""
+    suites = ET.Element("testsuites")
+    for report in merged.inputs:
+        _suite(suites, report.results, {**report.environment, "name": report.name})
+    cross = ET.SubElement(
+        suites,
+        "testsuite",
+        name="cross_environment",
+        tests=str(len(merged.cross)),
+        failures=str(len(merged.differing)),
+        errors="0",
+        skipped="0",
+        time="0.000",
+    )
+    for check in merged.cross:
+        case = ET.SubElement(
+            cross,
+            "testcase",
+            classname=f"cross_environment.{check.baseline}.{check.other}",
+            name=check.cell_id,
+            time="0.000",
+        )
+        if not check.identical:
+            ET.SubElement(case, "failure", message=_clean(f"differs: {check.note}"), type="differs").text = (
+                _clean(check.note)
+            )
+    return _text(suites)

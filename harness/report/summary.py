@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
-from harness.truth.outcome import CellResult, Status
+from harness.truth.outcome import CellResult, Comparison, Status
 
 # Worst first: the order problems are listed in every report.
 SEVERITY = (
@@ -59,3 +60,23 @@ def headline(results: Sequence[CellResult]) -> str:
 def ok(results: Iterable[CellResult]) -> bool:
     """True when no cell failed unexpectedly: the run's exit status."""
     return not unexpected(results)
+
+
+def tolerance_share(comparison: Comparison) -> float:
+    """The comparison's share of its tolerance as a float; one read back from report.json as
+    "nan"/"inf" (JSON has no NaN) counts as infinite: unknown is never a comfortable margin."""
+    try:
+        value = float(comparison.tolerance_used)
+    except (TypeError, ValueError):
+        return math.inf
+    return value if math.isfinite(value) else math.inf
+
+
+def margin(result: CellResult) -> Comparison | None:
+    """The comparison that used the largest share of its tolerance (the cell's margin to failing);
+    None for a cell without comparisons. The first such comparison wins a tie."""
+    worst: Comparison | None = None
+    for comparison in result.comparisons:
+        if worst is None or tolerance_share(comparison) > tolerance_share(worst):
+            worst = comparison
+    return worst

@@ -15,13 +15,13 @@ def _num(value: object, spec: str = ".3g") -> str:
         return str(value)
 
 
-def _percent(value: object) -> str:
+def percent(value: object) -> str:
     """Two significant digits below 100% (0.31% must not print as 0%), whole numbers above."""
     try:
-        percent = float(value) * 100  # type: ignore[arg-type]
+        share = float(value) * 100  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return str(value)
-    return f"{percent:.0f}%" if percent >= 100 else f"{percent:.2g}%"
+    return f"{share:.0f}%" if share >= 100 else f"{share:.2g}%"
 
 
 def comparison_line(c: Comparison) -> str:
@@ -29,7 +29,7 @@ def comparison_line(c: Comparison) -> str:
     where = f" first diverged at {c.first_divergence}" if c.first_divergence else ""
     note = f" ({c.note})" if c.note else ""
     # Two significant digits: 0.3% of the bound must not print as "0%".
-    used = f", {_percent(c.tolerance_used)} of tolerance used" if c.tolerance_used else ""
+    used = f", {percent(c.tolerance_used)} of tolerance used" if c.tolerance_used else ""
     return (
         f"{verdict} {c.quantity}: max_abs_diff={_num(c.max_abs_diff)} max_rel_diff={_num(c.max_rel_diff)} "
         f"(atol={_num(c.atol)}, rtol={_num(c.rtol)}{used}){where}{note}"

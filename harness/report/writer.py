@@ -1,4 +1,5 @@
-"""write_reports: every report file of one run, each written atomically."""
+"""write_reports: every report file of one run, each written atomically (write_merged_reports:
+those of `python -m harness report merge`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from typing import Any
 
 from harness.atomic_files import write_text_atomic
 from harness.errors import ReportDirError, explain
-from harness.report.html import render_html
-from harness.report.jsonfile import render_json
-from harness.report.junit import render_junit
-from harness.report.markdown import render_markdown
+from harness.report.html import render_html, render_merged_html
+from harness.report.jsonfile import render_json, render_merged_json
+from harness.report.junit import render_junit, render_merged_junit
+from harness.report.markdown import render_markdown, render_merged_markdown
+from harness.report.merged import MergedReport
 from harness.truth.outcome import CellResult
 
 Renderer = Callable[[Sequence[CellResult], dict[str, Any]], str]
@@ -23,18 +25,15 @@ REPORT_FILES: dict[str, Renderer] = {
     "report.md": render_markdown,
     "report.html": render_html,
 }
+MERGED_REPORT_FILES: dict[str, Callable[[MergedReport], str]] = {
+    "report.json": render_merged_json,
+    "junit.xml": render_merged_junit,
+    "report.md": render_merged_markdown,
+    "report.html": render_merged_html,
+}
 
 
-
-
-def write_reports(results: list[CellResult], environment: dict[str, Any], report_dir: Path) -> None:
-    """Write report.json, junit.xml, report.md and report.html into `report_dir`.
-
-    Everything is rendered before anything is written, so a rendering bug cannot leave a mix of
-    new and old files; each file then replaces its predecessor atomically (temp + os.replace).
-    """
-    report_dir = Path(report_dir)
-    rendered = {name: render(results, environment) for name, render in REPORT_FILES.items()}
+def _write_all(rendered: dict[str, str], report_dir: Path, flag: str) -> None:
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
         for name, text in rendered.items():
@@ -45,6 +44,23 @@ def write_reports(results: list[CellResult], environment: dict[str, Any], report
                 f"report directory {str(report_dir)!r}",
                 f"it cannot be written ({exc.strerror or exc})",
                 "a directory you can create and write",
-                "pass another one with --report-dir, or fix its permissions",
+                f"pass another one with {flag}, or fix its permissions",
             )
         ) from exc
+
+
+def write_reports(results: list[CellResult], environment: dict[str, Any], report_dir: Path) -> None:
+    """Write report.json, junit.xml, report.md and report.html into `report_dir`.
+
+    Everything is rendered before anything is written, so a rendering bug cannot leave a mix of
+    new and old files; each file then replaces its predecessor atomically (temp + os.replace).
+    """
+    rendered = {name: render(results, environment) for name, render in REPORT_FILES.items()}
+    _write_all(rendered, Path(report_dir), "--report-dir")
+
+
+def write_merged_reports(merged: MergedReport, out_dir: Path) -> None:
+    """The merged report.json, junit.xml, report.md and report.html, the same way (all rendered
+    first, each written atomically)."""
+    rendered = {name: render(merged) for name, render in MERGED_REPORT_FILES.items()}
+    _write_all(rendered, Path(out_dir), "--out")

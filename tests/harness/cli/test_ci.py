@@ -10,6 +10,7 @@ import yaml
 
 from harness.cli.ci import (
     HEADER,
+    MERGE_JOB,
     REPO_ROOT,
     TORCH,
     WORKFLOW,
@@ -41,7 +42,7 @@ def test_rendered_file_keeps_the_header_the_key_order_and_a_key_named_on() -> No
 def test_one_job_per_environment_on_its_runner_labels() -> None:
     environments = load_matrix().environments
     jobs = workflow()["jobs"]
-    assert sorted(jobs) == sorted(name.replace("_", "-") for name in environments)
+    assert sorted(jobs) == sorted([*(name.replace("_", "-") for name in environments), MERGE_JOB])
     for name, env in environments.items():
         job = jobs[name.replace("_", "-")]
         assert job["runs-on"] == list(env.runs_on)
@@ -106,3 +107,30 @@ def test_a_matrix_change_makes_the_check_fail(tmp_path: Path) -> None:
 )
 def test_to_yaml_round_trips_through_a_yaml_parser(value: dict[str, object]) -> None:
     assert yaml.safe_load(to_yaml(value)) == value
+
+
+def test_a_final_job_merges_the_reports_of_every_cpu_environment() -> None:
+    environments = load_matrix().environments
+    jobs = workflow()["jobs"]
+    assert list(jobs)[-1] == MERGE_JOB, "the merge job comes last"
+    job = jobs[MERGE_JOB]
+    cpu = [name for name, env in environments.items() if env.device == "cpu"]
+    assert sorted(job["needs"]) == sorted(name.replace("_", "-") for name in cpu)
+    assert set(job["needs"]) == {"nodeepspeed", "deepspeed"}
+    assert job["if"] == "${{ !cancelled() }}", "a failing environment job must not hide the merged report"
+    downloads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact")]
+    assert {(s["with"]["name"], s["with"]["path"]) for s in downloads} == {
+        (f"report-{name}", f"reports/{name}") for name in cpu
+    }
+    # Each downloaded artifact is what the environment's own job uploads.
+    for name in cpu:
+        upload = next(s for s in jobs[name.replace("_", "-")]["steps"] if s.get("name") == "Upload report")
+        assert (upload["with"]["name"], upload["with"]["path"]) == (f"report-{name}", f"reports/{name}")
+    merge = next(s for s in job["steps"] if s.get("name") == "Merge")["run"]
+    assert merge.startswith("python -m harness report merge reports/nodeepspeed reports/deepspeed ")
+    assert "--out reports/merged" in merge
+    names = [s.get("name", s.get("uses")) for s in job["steps"]]
+    assert names.index("Merge") > max(names.index(f"Report of {name}") for name in cpu)
+    upload = next(s for s in job["steps"] if s.get("name") == "Upload merged report")
+    assert upload["if"] == "always()" and upload["with"]["name"] == "report-merged"
+    assert upload["with"]["path"] == "reports/merged"

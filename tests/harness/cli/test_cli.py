@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,27 @@ def test_list_behaves_in_a_pipe(reader: str) -> None:
                           timeout=120)
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
     assert done.stdout.strip() and done.returncode in (0, 141)
+
+
+def test_a_run_never_silently_replaces_an_earlier_report(tmp_path: Path) -> None:
+    # Without --report-dir: a new folder per run, reports/latest pointing at the newest.
+    matrix = write_matrix(tmp_path)
+    command = [sys.executable, "-m", "harness", "run", "--matrix", str(matrix), "-k", "regression and cpu1",
+               "-q"]
+    env = {**os.environ, "CI": "1", "PYTHONPATH": str(REPO_ROOT)}
+    first = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    second = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    runs = sorted((tmp_path / "reports" / "runs").iterdir())
+    assert len(runs) == 2 and all((run / "report.json").is_file() for run in runs)
+    assert (tmp_path / "reports" / "latest").resolve() == runs[-1].resolve()
+    # With --report-dir holding an earlier report: refused (exit 2, report intact) ...
+    before = (runs[0] / "report.json").read_text()
+    refused = run_harness("run", "--matrix", str(matrix), "-k", "regression and cpu1", "--report-dir",
+                          str(runs[0]))
+    assert refused.returncode == 2 and "holds the report of an earlier run (1 passed" in refused.stderr
+    assert "--overwrite" in refused.stderr and (runs[0] / "report.json").read_text() == before
+    # ... unless asked to replace it.
+    replaced = run_harness("run", "--matrix", str(matrix), "-k", "regression and cpu1", "--report-dir",
+                           str(runs[0]), "--overwrite")
+    assert replaced.returncode == 0, replaced.stderr

@@ -1,0 +1,105 @@
+"""What `python -m harness report merge` renders: the reports of several environments as one.
+
+Data only (the renderers import it; reading the directories and comparing records is
+harness/report/merge.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.report.summary import ok, unexpected
+from harness.truth.outcome import CellResult
+
+MERGED_SEPARATOR = "+"  # the merged report's environment name: "nodeepspeed+deepspeed"
+
+
+@dataclass
+class EnvironmentReport:
+    """One input: a report directory written by `python -m harness run` in one environment."""
+
+    name: str  # report.json's environment.name
+    directory: Path
+    environment: dict[str, Any]  # report.json's "environment" block, as written
+    results: list[CellResult]  # each with .environment set (to `name` where the run left it empty)
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """A non-DeepSpeed cell's record in one environment against its record in a baseline one
+    (`harness.truth.judge.cross_environment`: every tensor bit for bit, and the skipped steps)."""
+
+    cell_id: str
+    baseline: str  # environment name whose record is the reference (the first input holding one)
+    other: str
+    identical: bool
+    note: str  # "bit-identical to ... (N tensors)" or "differs from ...: losses, ..." or why not read
+    first_difference: str | None = None
+    max_abs_diff: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        return "bit-identical" if self.identical else "differs"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.cell_id,
+            "environments": [self.baseline, self.other],
+            "identical": self.identical,
+            "verdict": self.verdict,
+            "first_difference": self.first_difference,
+            "max_abs_diff": self.max_abs_diff,
+            "note": self.note,
+        }
+
+
+@dataclass
+class MergedReport:
+    inputs: list[EnvironmentReport]
+    cross: list[CrossCheck] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return [report.name for report in self.inputs]
+
+    @property
+    def name(self) -> str:
+        return MERGED_SEPARATOR.join(self.names)
+
+    @property
+    def results(self) -> list[CellResult]:
+        """Every input cell, inputs in the order given, each input's cells in its own order."""
+        return [result for report in self.inputs for result in report.results]
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        """report.json's "environment" of the merged report: what it was merged from."""
+        return {"name": self.name, "merged_from": self.names}
+
+    @property
+    def differing(self) -> list[CrossCheck]:
+        return [check for check in self.cross if not check.identical]
+
+    @property
+    def ok(self) -> bool:
+        """The one verdict: no input cell failed unexpectedly and no cross-environment record differs."""
+        return ok(self.results) and not self.differing
+
+    @property
+    def verdict(self) -> str:
+        """The verdict in words, e.g. "2 cell(s) failed unexpectedly; 1 cross-environment
+        comparison(s) differ"."""
+        if self.ok:
+            if not self.cross:
+                return "no cell failed unexpectedly"
+            identical = f"{len(self.cross)} cross-environment comparison(s) bit-identical"
+            return f"no cell failed unexpectedly; {identical}"
+        parts = []
+        failed = len(unexpected(self.results))
+        if failed:
+            parts.append(f"{failed} cell(s) failed unexpectedly")
+        if self.differing:
+            parts.append(f"{len(self.differing)} cross-environment comparison(s) differ")
+        return "; ".join(parts)
