@@ -38,15 +38,68 @@ class Resolved:
     deepspeed_plugin: DeepSpeedPlugin | None
 
 
-def _conflict(name: str, given: object, launched: object, fix: str) -> ConflictingSettingsError:
+def _conflict(given: str, setting: str, launch: LaunchSettings, wanted: object, keep: str
+              ) -> ConflictingSettingsError:
+    """An argument of the script (`given`) against the launch setting `setting`.
+
+    The message names where the launch value came from (the config file, the launch flag, or an
+    environment variable set outside the launcher) and the fix there: `wanted` is the value that
+    agrees with the script (None: any but the launched one); `keep` says how the script would take
+    the launcher's value instead.
+    """
+    launched = getattr(launch, setting)
+    source = launch.source_of(setting)
+    told = f"the launcher was told {setting}={launched!r}"
+    if source.kind == "config file":
+        entry = f"{setting}: {_yaml(launched)}"
+        why = f"{told} by the config file {source.where} (`{entry}`)"
+        change = f" to `{setting}: {_yaml(wanted)}` or" if wanted is not None else ""
+        fix = f"in {source.where}, change `{entry}`{change} to `{setting}: null` (the script decides)"
+    elif source.kind == "flag":
+        why = f"{told} by the launch flag `{source.where}`"
+        fix = f"drop `{source.where}` from the `accelerate-core launch` command"
+        if wanted is not None:
+            fix += f", or change it to `{_flag(source.flag, wanted)}`"
+    else:
+        variable = source.where
+        why = (f"the environment variable {variable}={_environ(launched)}, set outside "
+               f"`accelerate-core launch`, says {setting}={launched!r}")
+        fix = f"unset {variable}"
+        if wanted is not None:
+            fix += f", or set {variable}={_environ(wanted)}"
     return ConflictingSettingsError(
         explain(
-            f"Accelerator({name}={given!r})",
-            f"the launcher was told {name}={launched!r} (ACCELERATE_CORE_* environment)",
+            given,
+            why,
             f"{launched!r}, or leave the argument out to take the launcher's value",
-            fix,
+            f"{fix}; or {keep}",
         )
     )
+
+
+_YAML_WORDS = ("no", "yes", "n", "y", "on", "off", "true", "false", "null", "~", "")
+
+
+def _yaml(value: object) -> str:
+    """A value as the config file spells it (`mixed_precision: 'no'`: a bare no is false)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and value.lower() in _YAML_WORDS:
+        return f"'{value}'"
+    return str(value)
+
+
+def _environ(value: object) -> str:
+    return ("1" if value else "0") if isinstance(value, bool) else str(value)
+
+
+def _flag(flag: str, value: object) -> str:
+    """The launch flag giving `value` (`--no-cpu` for a switch set to False)."""
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag[2:]
+    return f"{flag} {value}"
 
 
 def resolve_mixed_precision(fp16: bool | None, mixed_precision: str | None, launch: LaunchSettings) -> str:
@@ -75,13 +128,18 @@ def resolve_mixed_precision(fp16: bool | None, mixed_precision: str | None, laun
         if fp16:
             chosen = "fp16"
     if chosen is not None and launch.mixed_precision is not None and chosen != launch.mixed_precision:
-        raise _conflict("mixed_precision", chosen, launch.mixed_precision,
-                        "make the script and `accelerate-core launch --mixed-precision` agree")
+        argument = "fp16=True" if mixed_precision is None else f"mixed_precision={mixed_precision!r}"
+        given = f"Accelerator({argument})"
+        if mixed_precision is None:
+            given += f", i.e. mixed_precision={chosen!r}"
+        raise _conflict(given, "mixed_precision", launch, chosen,
+                        f"drop {argument} from the script's Accelerator(...)")
     if chosen is None:
         # fp16=False alone says "not fp16", which still leaves the launcher free to pick bf16.
         chosen = launch.mixed_precision or "no"
         if fp16 is False and chosen == "fp16":
-            raise _conflict("fp16", False, "fp16", "drop fp16=False or launch without fp16")
+            raise _conflict("Accelerator(fp16=False)", "mixed_precision", launch, None,
+                            "drop fp16=False from the script's Accelerator(...)")
     return chosen
 
 
@@ -93,14 +151,15 @@ def resolve_gradient_accumulation(value: int | None, launch: LaunchSettings) -> 
         )
     if value is not None and launch.gradient_accumulation_steps is not None \
             and value != launch.gradient_accumulation_steps:
-        raise _conflict("gradient_accumulation_steps", value, launch.gradient_accumulation_steps,
-                        "make the script and the launch config agree")
+        raise _conflict(f"Accelerator(gradient_accumulation_steps={value!r})", "gradient_accumulation_steps",
+                        launch, value, "drop gradient_accumulation_steps from the script's Accelerator(...)")
     return value or launch.gradient_accumulation_steps or 1
 
 
 def resolve_cpu(cpu: bool | None, launch: LaunchSettings) -> bool:
     if cpu is not None and launch.cpu is not None and bool(cpu) != launch.cpu:
-        raise _conflict("cpu", cpu, launch.cpu, "make the script and `accelerate-core launch --cpu` agree")
+        raise _conflict(f"Accelerator(cpu={cpu!r})", "cpu", launch, bool(cpu),
+                        "drop cpu from the script's Accelerator(...)")
     return bool(cpu) if cpu is not None else bool(launch.cpu)
 
 
@@ -112,8 +171,8 @@ def resolve_backend(plugin: DeepSpeedPlugin | None, launch: LaunchSettings, worl
         )
     if plugin is not None:
         if launch.backend not in (None, "deepspeed"):
-            raise _conflict("deepspeed_plugin", "DeepSpeedPlugin(...)", f"backend={launch.backend}",
-                            "drop deepspeed_plugin or launch with --backend deepspeed")
+            raise _conflict("Accelerator(deepspeed_plugin=DeepSpeedPlugin(...))", "backend", launch,
+                            "deepspeed", "drop deepspeed_plugin from the script's Accelerator(...)")
         return "deepspeed"
     if launch.backend == "single" and world_size > 1:
         raise ConflictingSettingsError(
@@ -142,8 +201,8 @@ def build_deepspeed_plugin(
         mine = getattr(base, name)
         # A plugin value left at its default yields to the launcher; a chosen one must agree.
         if plugin is not None and mine != getattr(defaults, name) and mine != launched:
-            raise _conflict(f"deepspeed_plugin.{name}", mine, launched,
-                            "make the DeepSpeedPlugin and the launch config agree")
+            raise _conflict(f"DeepSpeedPlugin({name}={mine!r})", name, launch, mine,
+                            f"leave {name} out of the script's DeepSpeedPlugin(...)")
         updates[name] = launched
     if base.gradient_accumulation_steps is None:
         updates["gradient_accumulation_steps"] = gas

@@ -3,13 +3,20 @@
 The launcher turns its config file and flags into environment variables (`to_environ`); every
 process it starts builds `Accelerator()`, whose connector reads them with `from_environ`. No other
 module reads these variables. A field left as None means "the launcher said nothing about it".
+
+Beside each value the launcher records where it came from (a config file, a launch flag) in
+ACCELERATE_CORE_SOURCES, a JSON map, so that a conflict names the place to fix. A value set in
+the environment by other means (by hand, by another tool) has no record and is named as the
+environment variable it is.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 from accelerate_core.choices import BACKENDS, MIXED_PRECISIONS, OFFLOAD_DEVICES, ZERO_STAGES
 from accelerate_core.errors import InvalidSettingError, explain
@@ -17,6 +24,23 @@ from accelerate_core.errors import InvalidSettingError, explain
 PREFIX = "ACCELERATE_CORE_"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+
+
+SourceKind = Literal["config file", "flag", "environment"]
+
+
+@dataclass(frozen=True)
+class SettingSource:
+    """Where one launch setting came from.
+
+    kind "config file": `where` is the file's path; "flag": `where` is the flag as given
+    (`--mixed-precision bf16`, `--no-cpu`) and `flag` its name (`--mixed-precision`, `--cpu`);
+    "environment": `where` is the variable, set without the launcher recording a source.
+    """
+
+    kind: SourceKind
+    where: str
+    flag: str = ""
 
 
 @dataclass(frozen=True)
@@ -33,25 +57,51 @@ class LaunchSettings:
     offload_param_device: str | None = None
     # Opt-in to DeepSpeed fp16 on a CPU without native fp16 (an emulation, labelled as such).
     cpu_fp16_emulation: bool | None = None
+    # Where the launcher took each set value from (not a setting: left out of ==).
+    sources: Mapping[str, SettingSource] = field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
     def variable(field_name: str) -> str:
         return PREFIX + field_name.upper()
 
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The settings (every field but `sources`)."""
+        return tuple(f.name for f in fields(cls) if f.name != "sources")
+
+    @classmethod
+    def variables(cls) -> tuple[str, ...]:
+        """Every variable the launcher writes for its processes, ACCELERATE_CORE_SOURCES included."""
+        return (*(cls.variable(name) for name in cls.names()), SOURCES_VARIABLE)
+
     def to_environ(self) -> dict[str, str]:
-        """The variables to add to each process's environment (unset fields are left out)."""
+        """The variables to add to each process's environment (unset fields are left out; the
+        sources of the set ones, when known, as ACCELERATE_CORE_SOURCES)."""
         out: dict[str, str] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
+        recorded: dict[str, dict[str, str]] = {}
+        for name in self.names():
+            value = getattr(self, name)
             if value is None:
                 continue
-            out[self.variable(f.name)] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+            text = ("1" if value else "0") if isinstance(value, bool) else str(value)
+            out[self.variable(name)] = text
+            source = self.sources.get(name)
+            if source is not None and source.kind != "environment":
+                # The value goes with it: a record no longer matching its variable is ignored.
+                recorded[name] = {"kind": source.kind, "where": source.where, "flag": source.flag,
+                                  "value": text}
+        if recorded:
+            out[SOURCES_VARIABLE] = json.dumps(recorded, sort_keys=True)
         return out
+
+    def source_of(self, name: str) -> SettingSource:
+        """Where the value of setting `name` came from; without a record, its variable."""
+        return self.sources.get(name) or SettingSource("environment", self.variable(name))
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> LaunchSettings:
         env = os.environ if environ is None else environ
-        raw = {f.name: env.get(cls.variable(f.name)) for f in fields(cls)}
+        raw = {name: env.get(cls.variable(name)) for name in cls.names()}
         return cls(
             backend=_choice(raw, "backend", BACKENDS),
             mixed_precision=_choice(raw, "mixed_precision", MIXED_PRECISIONS),
@@ -62,7 +112,36 @@ class LaunchSettings:
             offload_optimizer_device=_choice(raw, "offload_optimizer_device", OFFLOAD_DEVICES),
             offload_param_device=_choice(raw, "offload_param_device", OFFLOAD_DEVICES),
             cpu_fp16_emulation=_flag(raw, "cpu_fp16_emulation"),
+            sources=_sources(env.get(SOURCES_VARIABLE), raw),
         )
+
+
+SOURCES_VARIABLE = PREFIX + "SOURCES"
+_KINDS: tuple[SourceKind, ...] = ("config file", "flag")
+
+
+def _sources(text: str | None, raw: Mapping[str, str | None]) -> dict[str, SettingSource]:
+    """The launcher's records of where values came from. Only a message depends on them, so a
+    record that does not parse or no longer matches its variable is left out (the value is then
+    named as the environment variable it is), never an error."""
+    if not text:
+        return {}
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    found: dict[str, SettingSource] = {}
+    for name, entry in data.items():
+        if not isinstance(entry, dict) or name not in raw or raw[name] in (None, ""):
+            continue
+        kind, where, flag = entry.get("kind"), entry.get("where"), entry.get("flag", "")
+        if kind not in _KINDS or not isinstance(where, str) or not isinstance(flag, str) \
+                or entry.get("value") != raw[name]:
+            continue
+        found[name] = SettingSource(kind, where, flag)
+    return found
 
 
 def _bad(name: str, value: str, valid: object) -> InvalidSettingError:

@@ -10,16 +10,20 @@ exit status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from accelerate_core.choices import BACKENDS, MIXED_PRECISIONS, OFFLOAD_DEVICES
+from accelerate_core.commands.rank_errors import ErrorWatch, report
 from accelerate_core.commands.supervise import run_supervised
+from accelerate_core.commands.torchrun_entry import SUMMARY_OPTION
 from accelerate_core.config import (
     CONFIG_VERSION,
     LaunchConfig,
@@ -30,7 +34,13 @@ from accelerate_core.config import (
 )
 from accelerate_core.errors import InvalidSettingError, explain
 from accelerate_core.imports import require_deepspeed
-from accelerate_core.launch_env import CONFIG_FILE_VARIABLE, LaunchSettings, config_file_from_environ
+from accelerate_core.launch_env import (
+    CONFIG_FILE_VARIABLE,
+    SOURCES_VARIABLE,
+    LaunchSettings,
+    SettingSource,
+    config_file_from_environ,
+)
 
 DEFAULT_MULTI_NODE_PORT = 29500  # torchrun's default: every machine must agree on one port
 _DEEPSPEED_ONLY = ("zero_stage", "offload_optimizer_device", "offload_param_device", "cpu_fp16_emulation")
@@ -115,8 +125,9 @@ class LaunchPlan:
     env_updates: dict[str, str] = field(default_factory=dict)
 
 
-def resolve_config(args: argparse.Namespace) -> tuple[LaunchConfig, set[str]]:
-    """The merged config and the keys someone actually set (flags or file; null is unset)."""
+def resolve_config(args: argparse.Namespace) -> tuple[LaunchConfig, set[str], dict[str, SettingSource]]:
+    """The merged config, the keys someone actually set (flags or file; null is unset), and
+    where each of those came from (the flag, or the config file)."""
     named = args.config_file or config_file_from_environ()
     path = Path(named).expanduser() if named else default_config_path()
     file_data: dict[str, Any] = {}
@@ -130,12 +141,15 @@ def resolve_config(args: argparse.Namespace) -> tuple[LaunchConfig, set[str]]:
         raise InvalidSettingError(explain(given, "no such file", "an existing config file",
                                           "write one with `accelerate-core config --config-file FILE`"))
     flags: dict[str, Any] = {}
+    sources = {key: SettingSource("config file", str(path)) for key in file_data}
     for flag, key, _, _ in _VALUE_FLAGS:
         if getattr(args, key) is not None:
             flags[key] = parse_text(key, getattr(args, key), flag)
-    for _flag, key, _ in _BOOL_FLAGS:
+            sources[key] = SettingSource("flag", f"{flag} {getattr(args, key)}", flag)
+    for flag, key, _ in _BOOL_FLAGS:
         if getattr(args, key) is not None:
             flags[key] = getattr(args, key)
+            sources[key] = SettingSource("flag", flag if flags[key] else "--no-" + flag[2:], flag)
     merged = {**file_data, **flags}
     if merged.get("backend", "deepspeed") != "deepspeed":
         # Switching away from DeepSpeed by flag drops the file's DeepSpeed-only settings.
@@ -148,12 +162,12 @@ def resolve_config(args: argparse.Namespace) -> tuple[LaunchConfig, set[str]]:
         # but not passed on, so a script's DeepSpeedPlugin can still choose DeepSpeed.
         merged["backend"] = "ddp" if merged.get("num_processes", 1) > 1 else "single"
     config = from_mapping({"version": CONFIG_VERSION, **merged}, source)
-    return config, explicit
+    return config, explicit, {key: sources[key] for key in explicit}
 
 
 def plan(args: argparse.Namespace) -> LaunchPlan:
     """Check everything and decide the command and environment; starts nothing."""
-    config, explicit = resolve_config(args)
+    config, explicit, sources = resolve_config(args)
     script = Path(args.script)
     if not script.is_file():
         raise InvalidSettingError(explain(
@@ -162,7 +176,9 @@ def plan(args: argparse.Namespace) -> LaunchPlan:
     if config.backend == "deepspeed":
         require_deepspeed("--backend deepspeed")
     settings = config.to_launch_settings(only=explicit)
-    env = settings.to_environ()
+    settings = dataclasses.replace(settings, sources={k: v for k, v in sources.items()
+                                                      if getattr(settings, k, None) is not None})
+    env = settings.to_environ()  # with ACCELERATE_CORE_SOURCES: a conflict names file or flag
     if config.cpu and config.backend == "deepspeed":
         env["DS_ACCELERATOR"] = os.environ.get("DS_ACCELERATOR", "cpu")  # DeepSpeed's own selector
     script_args = list(args.script_args)
@@ -205,8 +221,7 @@ def free_port() -> int:
 
 def child_environment(updates: dict[str, str]) -> dict[str, str]:
     """This process's environment with stale launcher variables removed and the plan's added."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in {LaunchSettings.variable(n) for n in LaunchSettings.__dataclass_fields__}}
+    env = {k: v for k, v in os.environ.items() if k not in LaunchSettings.variables()}
     env.update(updates)
     return env
 
@@ -216,6 +231,22 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("command: " + " ".join(launch_plan.command))
         for key, value in sorted(launch_plan.env_updates.items()):
-            print(f"env: {key}={value}")
+            if key != SOURCES_VARIABLE:  # shown readably below
+                print(f"env: {key}={value}")
+        for name, source in sorted(launch_plan.settings.sources.items()):
+            print(f"source: {LaunchSettings.variable(name)} from {source.kind} {source.where}")
         return 0
-    return run_supervised(launch_plan.command, child_environment(launch_plan.env_updates))
+    env = child_environment(launch_plan.env_updates)
+    command = launch_plan.command
+    if command[1:3] != ["-m", _TORCHRUN_ENTRY]:
+        return run_supervised(command, env)  # one process: its own traceback ends the output
+    # Several: torchrun's summary goes above the error a rank raised, which ends the output.
+    with tempfile.TemporaryDirectory(prefix="accelerate-core-launch-") as scratch:
+        summary = Path(scratch) / "failure.json"
+        watch = ErrorWatch()
+        status = run_supervised([*command[:3], SUMMARY_OPTION, str(summary), *command[3:]], env,
+                                stderr_sink=watch.feed)
+        watch.close()
+        if status != 0:
+            report(summary, watch.errors)
+    return status

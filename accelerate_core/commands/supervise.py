@@ -7,6 +7,10 @@ run leaves orphaned is re-parented to the launcher instead of init, where the la
 it (psutil lists this process's descendants) and stop it once the run is over. Signals are
 forwarded to the child's process group; torchrun passes them on to every rank and stops siblings
 when one rank fails.
+
+With `stderr_sink`, the child's stderr (shared by every rank torchrun starts) comes through a
+pipe that a reader thread hands to the sink as it arrives (see rank_errors.py); the thread is
+done once the run and whatever it left behind are gone.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import FrameType
+from typing import IO
 
 import psutil
 
@@ -27,6 +33,7 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_S = 5.0  # how long stragglers get between SIGTERM and SIGKILL
+DRAIN_S = 5.0  # how long the stderr reader may take to finish once no process of the run is left
 
 
 def become_subreaper() -> bool:
@@ -140,11 +147,32 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def run_supervised(command: Sequence[str], env: Mapping[str, str]) -> int:
-    """Run `command` to completion; return its exit status. No descendant outlives the call."""
+def _relay(stream: IO[bytes], sink: Callable[[bytes], None]) -> threading.Thread:
+    """A thread handing everything read from `stream` to `sink` until end of file."""
+    def read() -> None:
+        fd = stream.fileno()
+        try:
+            while chunk := os.read(fd, 65536):
+                sink(chunk)
+        except OSError:
+            pass
+        finally:
+            stream.close()
+
+    thread = threading.Thread(target=read, name="accelerate-core-stderr", daemon=True)
+    thread.start()
+    return thread
+
+
+def run_supervised(command: Sequence[str], env: Mapping[str, str],
+                   stderr_sink: Callable[[bytes], None] | None = None) -> int:
+    """Run `command` to completion; return its exit status. No descendant outlives the call.
+    With `stderr_sink`, the child's stderr goes to it (as it comes) instead of this stderr."""
     become_subreaper()
     child = subprocess.Popen(list(command), env=dict(env), start_new_session=True,
-                             preexec_fn=_die_with_launcher(os.getpid()))  # safe: the launcher has one thread
+                             stderr=subprocess.PIPE if stderr_sink is not None else None,
+                             preexec_fn=_die_with_launcher(os.getpid()))  # safe: started before the reader
+    reader = _relay(child.stderr, stderr_sink) if child.stderr is not None and stderr_sink else None
     try:
         with _forward_signals(child) as received:
             returncode = child.wait()
@@ -153,6 +181,8 @@ def run_supervised(command: Sequence[str], env: Mapping[str, str]) -> int:
             _signal_tree([child.pid], signal.SIGKILL)
             child.wait()
         stopped = stop_leftovers()
+        if reader is not None:  # every writer is gone now, so the pipe ends
+            reader.join(DRAIN_S)
     if stopped:
         print(f"accelerate-core launch: stopped {len(stopped)} process(es) the run left behind",
               file=sys.stderr)

@@ -32,6 +32,7 @@ from accelerate_core.strategies.deepspeed_accel import (
 )
 from accelerate_core.strategies.deepspeed_compat import restore_functional_linear, zero_dim_safe_initialize
 from accelerate_core.strategies.deepspeed_config import CoreValues, build_config
+from accelerate_core.strategies.deepspeed_noise import known_lines_once, show_known_warnings_once
 from accelerate_core.strategies.deepspeed_outputs import expose_dataclass_outputs
 
 if TYPE_CHECKING:
@@ -94,6 +95,9 @@ class DeepSpeedStrategy(Strategy):
 
     def setup_environment(self) -> None:
         prepare_accelerator_choice(self.root_device)
+        # Known, harmless messages of DeepSpeed's engine once per run, not per step and rank.
+        main = self.process.is_main_process
+        show_known_warnings_once(main)
         backend = "gloo" if self.root_device.type == "cpu" else "nccl"
         # Reuses the launch's group; a lone process gets a one-rank group on a free local port
         # (DeepSpeed wants RANK/WORLD_SIZE/MASTER_* even then, or it tries MPI discovery).
@@ -106,7 +110,8 @@ class DeepSpeedStrategy(Strategy):
             self._swap = select_accelerator(self.root_device, self.precision.mixed_precision,
                                             self.plugin.cpu_fp16_emulation)
         # Wraps the existing torch group in deepspeed.comm (creates one only if none exists).
-        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+        with known_lines_once(main):  # its comm op's "built successfully", from rank 0 only
+            deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
 
     # -- preparing --------------------------------------------------------------------------
     def setup(

@@ -73,10 +73,14 @@ def test_one_process_runs_directly_with_the_torchrun_variables(tmp_path: Path) -
     assert {k: env_seen[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR")} == {
         "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
     assert 0 < int(env_seen["MASTER_PORT"]) < 65536
-    # Only what was said reaches the script: no config file, two flags (backend, precision).
-    launcher_vars = {k: v for k, v in env_seen.items()
-                     if k.startswith("ACCELERATE_CORE_") and k != "ACCELERATE_CORE_CONFIG_FILE"}
+    # Only what was said reaches the script: no config file, two flags (backend, precision),
+    # with where each came from (ACCELERATE_CORE_SOURCES, for conflict messages).
+    launcher_vars = {k: v for k, v in env_seen.items() if k.startswith("ACCELERATE_CORE_")
+                     and k not in ("ACCELERATE_CORE_CONFIG_FILE", "ACCELERATE_CORE_SOURCES")}
     assert launcher_vars == {"ACCELERATE_CORE_BACKEND": "single", "ACCELERATE_CORE_MIXED_PRECISION": "bf16"}
+    sources = json.loads(env_seen["ACCELERATE_CORE_SOURCES"])
+    assert {k: v["where"] for k, v in sources.items()} == {
+        "backend": "--backend single", "mixed_precision": "--mixed-precision bf16"}
 
 
 def test_stale_launcher_variables_in_the_shell_do_not_leak_into_the_run(tmp_path: Path) -> None:
