@@ -137,7 +137,8 @@ def tests(session: nox.Session, env: str) -> None:
         session.run("python", "-m", "accelerate_core.commands.main", "env", env=_environ(session, env))
     # --dist loadgroup keeps a launch group's matrix items on one worker (one shared launch).
     paths = NUMERICS_TESTS if env == "older_cpu" else ["tests"]
-    args = session.posargs or [*paths, "-n", "2", "--dist", "loadgroup", "-ra"]
+    # --durations: the slowest tests in every CI log (a CI run must stay short; see README).
+    args = session.posargs or [*paths, "-n", "2", "--dist", "loadgroup", "-ra", "--durations=15"]
     session.run("python", "-m", "pytest", *args, env=_environ(session, env))
 
 
