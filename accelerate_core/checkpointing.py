@@ -1,32 +1,30 @@
-"""Files on disk: atomic writes and the per-rank random-number-generator states.
+"""Atomic file writes: a reader never sees half a file, and a crash leaves the previous file.
 
-A checkpoint is a directory. The strategy writes the model/optimizer/scheduler/precision part
-(its layout is backend-specific); the Accelerator adds one RNG file per rank, since every rank
-draws its own random numbers (dropout, augmentation) and must resume its own stream.
+`atomic_save` is `accelerator.save` (torch.save of the user's object; a dict of tensors loads back
+with `torch.load(path, weights_only=True)`). The checkpoint of `save_state` is written by
+accelerate_core/checkpoint/ (safetensors and JSON, never pickle) through `atomic_write`.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
-RNG_FILE = "rng_state_rank{rank}.pt"
 
-
-def atomic_save(obj: Any, path: str | os.PathLike[str]) -> None:
-    """torch.save to a temporary file beside `path`, then rename: a reader never sees half a
-    file, and a crash leaves the previous file intact."""
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> None:
+    """Call `write(handle)` on a temporary file beside `path`, fsync it, then rename it over
+    `path`."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
@@ -35,35 +33,13 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> None:
         raise
 
 
-def rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    try:
-        import numpy as np  # optional: only when the user has it
-
-        state["numpy"] = np.random.get_state()
-    except ImportError:
-        pass
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+def atomic_save(obj: Any, path: str | os.PathLike[str]) -> None:
+    """torch.save, atomically."""
+    atomic_write(path, lambda handle: torch.save(obj, handle))
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    if "numpy" in state:
-        import numpy as np
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    def write(handle: IO[bytes]) -> None:
+        handle.write(data)
 
-        np.random.set_state(state["numpy"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def save_rng_state(directory: Path, rank: int) -> None:
-    atomic_save(rng_state(), directory / RNG_FILE.format(rank=rank))
-
-
-def load_rng_state(directory: Path, rank: int) -> None:
-    path = directory / RNG_FILE.format(rank=rank)
-    if path.exists():  # a checkpoint written by fewer ranks leaves the others' streams alone
-        set_rng_state(torch.load(path, weights_only=False))
+    atomic_write(path, write)

@@ -6,6 +6,11 @@ order[i*N*B : (i+1)*N*B]; rank r takes the r-th block of B of them. A short last
 filled by wrapping around to the start of the order, so every rank has B samples and the padding
 sits at the END of the rank-ordered concatenation that `gather` returns; `gather_for_metrics`
 cuts exactly that padding off, which it learns from the loader being iterated (DataState).
+
+Resuming (docs/checkpoint-format.md): a loader reports its epoch and how far into the epoch's
+global order the loop has got (`progress()`), in samples, so a run at another world size with the
+same global batch resumes at the same sample. `restore()` sets the epoch and shuffle seed back and
+remembers the position; `skip_first_batches(loader)` then starts the next pass there.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, Sampler, SequentialSampler
 
+from accelerate_core.checkpoint.layout import CheckpointError
 from accelerate_core.errors import UnsupportedObjectError, explain
 from accelerate_core.ops import broadcast_object, send_to_device
 
@@ -98,6 +104,10 @@ class PreparedDataLoader:
         self.device = device
         self.state = state
         self.epoch = 0
+        #: batches of the current epoch handed to the loop (skipped ones of a resumed pass included)
+        self.position = 0
+        #: batches the next skip_first_batches(loader) leaves out, set by restore()
+        self.resume_skip = 0
         if loader.batch_size is None or isinstance(loader.dataset, IterableDataset):
             raise _unsupported(loader, "it has a custom batch_sampler or an IterableDataset, which the "
                                "core cannot shard so that every rank sees a disjoint block")
@@ -107,9 +117,9 @@ class PreparedDataLoader:
         if isinstance(sampler, RandomSampler):
             if sampler.replacement or sampler.num_samples != num_samples:
                 raise _unsupported(loader, "its RandomSampler samples with replacement or a custom count")
-            seed = _shared_seed(sampler.generator or loader.generator)
-            self.seed: int | None = seed
-            order = lambda epoch: global_order(num_samples, True, seed, epoch)  # noqa: E731
+            self.seed: int | None = _shared_seed(sampler.generator or loader.generator)
+            # Reads self.seed when called: restore() may set the seed a checkpoint was shuffled with.
+            order = lambda epoch: global_order(num_samples, True, self.seed or 0, epoch)  # noqa: E731
         elif isinstance(sampler, SequentialSampler):
             self.seed = None
             order = lambda epoch: global_order(num_samples, False, 0, epoch)  # noqa: E731
@@ -162,6 +172,8 @@ class PreparedDataLoader:
         Without set_epoch calls the epoch advances by itself after each complete pass."""
         self.batch_sampler.set_epoch(self.epoch)
         self.batch_sampler.skip = skip
+        self.resume_skip = 0
+        self.position = skip
         try:
             iterator = iter(self.loader)  # reads the batch sampler (and its skip) now
         finally:
@@ -171,19 +183,64 @@ class PreparedDataLoader:
         try:
             for index, batch in enumerate(iterator, start=skip):
                 self.state.end_of_dataloader = index == last
+                self.position = index + 1
                 yield send_to_device(batch, self.device)
         finally:
             self.state.stack.remove(self)
             self.state.end_of_dataloader = False
         self.epoch += 1
+        self.position = 0
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def progress(self) -> dict[str, Any]:
+        """This loader's entry of progress.json."""
+        sampler = self.batch_sampler
+        return {"epoch": self.epoch, "batches_consumed": self.position, "batches_in_epoch": len(self),
+                "samples_consumed": min(self.position * sampler.global_batch_size, sampler.num_samples),
+                "global_batch_size": sampler.global_batch_size, "num_samples": sampler.num_samples,
+                "shuffle_seed": self.seed}
+
+    def restore(self, entry: dict[str, Any], index: int) -> None:
+        """Epoch, shuffle seed and position from a progress.json entry, the position converted to
+        this run's global batch size."""
+        sampler = self.batch_sampler
+        shuffled = entry["shuffle_seed"] is not None
+        if int(entry["num_samples"]) != sampler.num_samples or shuffled != (self.seed is not None):
+            raise CheckpointError(explain(
+                f"load_state: dataloader {index} was saved over {entry['num_samples']} samples "
+                f"({'shuffled' if entry['shuffle_seed'] is not None else 'in order'})",
+                f"the prepared one has {sampler.num_samples} samples "
+                f"({'shuffled' if self.seed is not None else 'in order'})",
+                "the same dataset and shuffling as the run that saved it",
+                "prepare the same dataloaders, in the same order, as the run that saved it"))
+        consumed, size = int(entry["samples_consumed"]), sampler.global_batch_size
+        if int(entry["batches_consumed"]) >= int(entry["batches_in_epoch"]):
+            skip = len(self)  # the epoch was done: the next pass is empty, then the next epoch
+        elif consumed % size == 0:
+            skip = consumed // size
+        else:
+            raise CheckpointError(explain(
+                f"load_state: dataloader {index} stopped {consumed} samples into epoch {entry['epoch']} "
+                f"(global batch {entry['global_batch_size']})",
+                f"that is not a whole number of this run's global batches of {size} "
+                f"({sampler.batch_size} per process x {sampler.world_size} processes)",
+                f"a per-process batch size x processes that divides {consumed}",
+                f"resume with a global batch of {entry['global_batch_size']} (per-process batch = "
+                f"{entry['global_batch_size']} / processes), or save at an epoch boundary"))
+        if entry["shuffle_seed"] is not None:
+            self.seed = int(entry["shuffle_seed"])
+        self.epoch = int(entry["epoch"])
+        self.position = 0
+        self.resume_skip = skip
 
 
 class SkippedDataLoader:
-    """`skip_first_batches(loader, k)`: one pass over `loader` that starts at batch k."""
+    """`skip_first_batches(loader, k)`: one pass over `loader` that starts at batch k
+    (k None: where load_state left it, 0 when nothing was restored)."""
 
-    def __init__(self, loader: PreparedDataLoader, skip: int) -> None:
+    def __init__(self, loader: PreparedDataLoader, skip: int | None) -> None:
         self.loader = loader
-        self.skip = skip
+        self.skip = loader.resume_skip if skip is None else skip
 
     def __len__(self) -> int:
         return max(len(self.loader) - self.skip, 0)

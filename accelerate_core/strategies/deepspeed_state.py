@@ -1,5 +1,9 @@
 """Full state out of a DeepSpeed engine: the consolidated fp32 state dict and checkpoints.
 
+Checkpoints are the backend-neutral format (docs/checkpoint-format.md); the conversion to and
+from DeepSpeed's partitions is in deepspeed_checkpoint.py, through DeepSpeed's public
+per-parameter API.
+
 Gathering a partitioned model is a collective: every rank must take part. Called on the main
 process only (a common mistake: `if accelerator.is_main_process: get_state_dict(model)`), it
 would hang forever inside DeepSpeed. So a monitored barrier on a private gloo group (which works
@@ -9,9 +13,7 @@ runs first, with a timeout; a rank that does not arrive turns into CollectiveMis
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,7 +22,6 @@ from torch import nn
 
 from accelerate_core.errors import CollectiveMisuseError, explain
 
-CHECKPOINT_TAG = "accelerate_core"
 
 def new_monitor_group() -> Any:
     """A gloo group over all ranks for the arrival checks of one engine. A collective: the
@@ -84,31 +85,3 @@ def consolidated_state_dict(engine: Any) -> dict[str, torch.Tensor]:
             out[name] = value.float() if value.is_floating_point() else value
         done[id(tensor)] = name
     return out
-
-
-def save_checkpoint(engine: Any, directory: Path, client_state: dict[str, Any]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    engine.save_checkpoint(str(directory), tag=CHECKPOINT_TAG, client_state=client_state)
-
-
-def load_checkpoint(engine: Any, directory: Path) -> dict[str, Any]:
-    if not (directory / CHECKPOINT_TAG).is_dir():
-        raise FileNotFoundError(
-            explain(
-                f"load_state({str(directory)!r})",
-                f"it holds no DeepSpeed checkpoint (no '{CHECKPOINT_TAG}' folder)",
-                "a directory written by accelerator.save_state() with a DeepSpeed backend",
-                "pass the directory save_state wrote, with the same backend",
-            )
-        )
-    path, client_state = engine.load_checkpoint(
-        str(directory), tag=CHECKPOINT_TAG, load_optimizer_states=True, load_lr_scheduler_states=False
-    )
-    if path is None:
-        raise RuntimeError(f"DeepSpeed could not load the checkpoint in {directory}")
-    return dict(client_state or {})
-
-
-def restore_schedulers(schedulers: Sequence[Any], states: Sequence[Any]) -> None:
-    for scheduler, state in zip(schedulers, states, strict=True):
-        scheduler.load_state_dict(state)

@@ -1,59 +1,84 @@
-"""Checkpoint layout of the plain-torch strategies (single device and DDP).
-
-Model weights are replicated on every rank, so the main process writes one file per object and
-every rank reads them back. DeepSpeed shards its state and has its own layout (deepspeed.py).
+"""The neutral checkpoint (docs/checkpoint-format.md) for the plain-torch strategies (single
+device and DDP): weights and optimizer state are whole on every rank, so the main process writes
+them and every rank reads them back. DeepSpeed's conversion is in deepspeed_state.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from accelerate_core.checkpointing import atomic_save
-from accelerate_core.errors import ConfigFileError, explain
+from accelerate_core.checkpoint import CheckpointReader, CheckpointWriter
+from accelerate_core.checkpoint.optimizer_state import export_torch, import_torch
 from accelerate_core.precision.base import Precision
 
-
-def save(directory: Path, process: Any, model_states: Sequence[dict[str, torch.Tensor]],
-         optimizers: Sequence[Any], schedulers: Sequence[Any], precision_state: dict[str, Any],
-         extra: dict[str, Any]) -> None:
-    if process.is_main_process:
-        for i, state in enumerate(model_states):
-            atomic_save(state, directory / f"model_{i}.pt")
-        for i, optimizer in enumerate(optimizers):
-            atomic_save(optimizer.state_dict(), directory / f"optimizer_{i}.pt")
-        for i, scheduler in enumerate(schedulers):
-            atomic_save(scheduler.state_dict(), directory / f"scheduler_{i}.pt")
-        atomic_save(precision_state, directory / "precision.pt")
-        atomic_save(extra, directory / "extra.pt")
-    process.barrier()
+# torch.amp.GradScaler.state_dict() key -> the neutral precision.json key
+_SCALER_KEYS = {
+    "scale": "scale",
+    "_growth_tracker": "growth_tracker",
+    "growth_factor": "growth_factor",
+    "backoff_factor": "backoff_factor",
+    "growth_interval": "growth_interval",
+}
 
 
-def load(directory: Path, device: torch.device, models: Sequence[nn.Module], optimizers: Sequence[Any],
-         schedulers: Sequence[Any], precision: Precision) -> dict[str, Any]:
-    def read(name: str) -> Any:
-        path = directory / name
-        if not path.exists():
-            raise ConfigFileError(
-                explain(
-                    f"checkpoint directory {str(directory)!r}",
-                    f"it has no {name} (was it written by save_state with the same objects prepared?)",
-                    "a directory written by Accelerator.save_state",
-                    "pass the directory save_state wrote, with the same models/optimizers/schedulers",
-                )
-            )
-        return torch.load(path, map_location=device, weights_only=False)
-
-    for i, model in enumerate(models):
-        model.load_state_dict(read(f"model_{i}.pt"))
+def save(
+    writer: CheckpointWriter,
+    model_states: Sequence[dict[str, torch.Tensor]],
+    models: Sequence[nn.Module],
+    optimizers: Sequence[Any],
+    schedulers: Sequence[Any],
+    precision: Precision,
+) -> None:
+    """`model_states`: each model's full state dict; `models`: the unwrapped modules."""
+    scaler = scaler_to_neutral(precision.state_dict().get("scaler"))  # every rank: settles the step
+    if not writer.is_main:
+        return
+    for i, state in enumerate(model_states):
+        writer.model(i, state)
     for i, optimizer in enumerate(optimizers):
-        optimizer.load_state_dict(read(f"optimizer_{i}.pt"))
+        writer.optimizer(i, export_torch(optimizer, models, f"optimizer {i}"))
     for i, scheduler in enumerate(schedulers):
-        scheduler.load_state_dict(read(f"scheduler_{i}.pt"))
-    precision.load_state_dict(read("precision.pt"))
-    extra: dict[str, Any] = read("extra.pt")
-    return extra
+        writer.scheduler(i, scheduler)
+    writer.precision(precision.mixed_precision, scaler)
+
+
+def load(
+    reader: CheckpointReader,
+    models: Sequence[nn.Module],
+    optimizers: Sequence[Any],
+    schedulers: Sequence[Any],
+    precision: Precision,
+) -> None:
+    """`models`: the unwrapped modules (on their device)."""
+    for i, model in enumerate(models):
+        expected = {k: v.shape for k, v in model.state_dict().items()}
+        model.load_state_dict(reader.model(i, expected))
+    for i, optimizer in enumerate(optimizers):
+        import_torch(optimizer, models, reader.optimizer(i), f"optimizer {i}")
+    for i, scheduler in enumerate(schedulers):
+        scheduler.load_state_dict(reader.scheduler(i))
+    scaler = scaler_from_neutral(reader.precision().get("loss_scaler"))
+    if scaler is not None:
+        precision.load_state_dict({"scaler": scaler})
+
+
+def scaler_to_neutral(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not state:
+        return None
+    return {
+        neutral: (
+            float(state[key]) if key in ("scale", "growth_factor", "backoff_factor") else int(state[key])
+        )
+        for key, neutral in _SCALER_KEYS.items()
+        if key in state
+    }
+
+
+def scaler_from_neutral(neutral: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not neutral:
+        return None
+    return {key: neutral[name] for key, name in _SCALER_KEYS.items() if name in neutral}

@@ -31,7 +31,8 @@ def test_resume_from_save_state_equals_uninterrupted_run(tmp_path: Path) -> None
         ["--cpu", *COMMON, "--save-state-at", str(SAVE_AT), "--state-dir", str(state_dir)],
         timeout=240,
     )
-    assert (state_dir / "optimizer_0.pt").exists() and (state_dir / "rng_state_rank1.pt").exists()
+    assert (state_dir / "manifest.json").exists() and (state_dir / "rng_rank1.safetensors").exists()
+    assert not list(state_dir.glob("*.pt"))  # the neutral format: safetensors and JSON only
     resumed = run_mission(tmp_path / "resumed", *COMMON, "--resume-from", str(state_dir))
 
     assert full["loss_scales"][SAVE_AT - 1] == 32768.0  # the overflow at step 2 halved it

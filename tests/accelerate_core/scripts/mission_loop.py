@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     start_epoch, skip, opt_step = 0, 0, 0
     if args.resume_from is not None:
         accelerator.load_state(args.resume_from)
-        progress = json.loads((args.resume_from / "progress.json").read_text())
+        progress = json.loads((args.resume_from / "loop_progress.json").read_text())
         start_epoch, skip, opt_step = progress["epoch"], progress["next_step"], progress["opt_step"]
 
     for e in range(start_epoch, config.epochs):
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
                     accelerator.save_state(args.state_dir)
                     if accelerator.is_main_process:
                         progress = {"epoch": e, "next_step": step + 1, "opt_step": opt_step}
-                        (args.state_dir / "progress.json").write_text(json.dumps(progress))
+                        (args.state_dir / "loop_progress.json").write_text(json.dumps(progress))
                     accelerator.wait_for_everyone()
                     return
         skip = 0
