@@ -1,0 +1,154 @@
+"""What a training script computed, recorded by the Accelerator when a tool asks for it.
+
+Set `ACCELERATE_CORE_RECORD_DIR=DIR` in a script's environment (`python -m harness script` does)
+and the script's own Accelerator records, with no change to the script:
+
+- per-step losses: every loss given to `accelerator.backward(loss)`, averaged over processes
+  (one extra all-reduce per backward, only while recording), and the learning rate of every
+  param group of the prepared optimizers at that backward;
+- gathered eval outputs: every result of `accelerator.gather(...)` / `gather_for_metrics(...)`,
+  keyed by the line of the script that called it (`train.py:93`), concatenated in call order, so
+  that one process with 5 eval batches and two with 3 record the same tensor;
+- the final state dict: the last result of `accelerator.get_state_dict(model)` (consolidated,
+  also under ZeRO-3), and what ran (strategy, world size, ZeRO stage, precision, loss scaling).
+
+The main process writes `DIR/record.pt` (torch.save of plain tensors, strings and numbers) when
+the script's interpreter exits. Unset, nothing is recorded and nothing is paid. The core knows
+nothing of who reads the file (it never imports the harness); the format is `RECORD_FORMAT`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+import accelerate_core.ops as ops
+
+if TYPE_CHECKING:
+    from accelerate_core.accelerator import Accelerator
+
+RECORD_DIR_VARIABLE = "ACCELERATE_CORE_RECORD_DIR"
+RECORD_FILE = "record.pt"
+RECORD_FORMAT = 1
+_CORE_DIR = str(Path(__file__).resolve().parent)
+
+_recorder: Recorder | None = None
+
+
+class Recorder:
+    """One per process: a script may make several Accelerators; the record is the process's."""
+
+    def __init__(self, directory: Path, main_process: bool) -> None:
+        self.directory = directory
+        self.main_process = main_process
+        self.losses: list[float] = []
+        self.lrs: list[list[float]] = []
+        self.gathered: dict[str, list[torch.Tensor]] = {}
+        self.state_dict: dict[str, torch.Tensor] = {}
+        self.evidence: dict[str, Any] = {}
+
+    def on_backward(self, accelerator: Accelerator, loss: torch.Tensor, lrs: list[float]) -> None:
+        if not self.evidence:
+            self.evidence = what_ran(accelerator)
+        self.losses.append(float(ops.reduce(loss.detach().float(), "mean")))
+        self.lrs.append(lrs)
+
+    def on_gather(self, result: Any) -> None:
+        if not self.main_process:
+            return
+        site = _call_site()
+        for path, tensor in _tensors(result):
+            self.gathered.setdefault(site + path, []).append(tensor.detach().cpu().clone())
+
+    def on_state_dict(self, accelerator: Accelerator, state_dict: dict[str, torch.Tensor]) -> None:
+        self.evidence = self.evidence or what_ran(accelerator)
+        if self.main_process:
+            self.state_dict = {k: v.detach().cpu().clone() for k, v in state_dict.items()}
+
+    def write(self) -> Path | None:
+        """DIR/record.pt, atomically, on the main process (at exit; callable earlier too)."""
+        if not self.main_process:
+            return None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / RECORD_FILE
+        body = {
+            "format": RECORD_FORMAT,
+            "losses": torch.tensor(self.losses, dtype=torch.float64),
+            "lrs": [torch.tensor(step, dtype=torch.float64) for step in self.lrs],
+            "gathered": {site: _join(values) for site, values in self.gathered.items()},
+            "state_dict": self.state_dict,
+            "evidence": json.dumps(self.evidence, sort_keys=True),
+        }
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        torch.save(body, temporary)
+        os.replace(temporary, path)
+        return path
+
+
+def recorder_for(accelerator: Accelerator) -> Recorder | None:
+    """The process's recorder when `ACCELERATE_CORE_RECORD_DIR` is set, else None."""
+    global _recorder
+    directory = os.environ.get(RECORD_DIR_VARIABLE)
+    if not directory:
+        return None
+    if _recorder is None:
+        _recorder = Recorder(Path(directory), accelerator.is_main_process)
+        atexit.register(_recorder.write)
+    return _recorder
+
+
+def what_ran(accelerator: Accelerator) -> dict[str, Any]:
+    strategy = accelerator.strategy
+    engine = getattr(strategy, "engine", None)  # only the DeepSpeed strategy has one
+    return {
+        "strategy": strategy.registered_name,
+        "world_size": accelerator.num_processes,
+        "device": accelerator.device.type,
+        "mixed_precision": accelerator.mixed_precision,
+        "zero_stage": int(engine.zero_optimization_stage()) if engine is not None else None,
+        "loss_scaling": accelerator.loss_scale() is not None,
+        "emulated": strategy.emulated,
+    }
+
+
+def _call_site() -> str:
+    """`file.py:LINE` of the first frame outside accelerate_core: the script's gather call."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_CORE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return "unknown"
+    return f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
+
+
+def _tensors(value: Any, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor in a nested result, with its path (`/logits`, `/0`); "" for a bare tensor."""
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _tensors(item, f"{path}/{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _tensors(item, f"{path}/{i}")
+    elif is_dataclass(value) and not isinstance(value, type):
+        for field in fields(value):
+            yield from _tensors(getattr(value, field.name), f"{path}/{field.name}")
+
+
+def _join(values: list[torch.Tensor]) -> torch.Tensor:
+    """One tensor per call site: batches concatenated along dim 0 (scalars stacked)."""
+    if all(v.dim() == 0 for v in values):
+        return torch.stack(values)
+    try:
+        return torch.cat(values)
+    except RuntimeError:  # trailing shapes differ (e.g. unpadded sequences): flatten each
+        return torch.cat([v.flatten() for v in values])

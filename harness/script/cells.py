@@ -1,0 +1,71 @@
+"""Script cells: the matrix's backends (launch shapes x strategies x precisions) with the script
+as the task, each cell's reference cell, and the script's arguments for a cell.
+
+A script cell id is the matrix's grammar with the script's name as the task: `train-cpu2-zero3-bf16`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from harness.errors import UsageError, explain
+from harness.spec.cell import TASK_NAME, Cell
+from harness.spec.matrix import Matrix
+
+DEFAULT_REFERENCE = "cpu1-single"  # at the cell's own precision; "cpu1-single-fp32" pins one
+_SHAPE = re.compile(r"^(cpu|cuda)[0-9]+-(single|ddp|zero1|zero2|zero3)(-(fp32|fp16|bf16))?$")
+# {processes}, {cell_dir}, {cell_id}, {N/processes}: replaced in the script's arguments per cell.
+_PLACEHOLDER = re.compile(r"\{(processes|cell_dir|cell_id|([0-9]+)/processes)\}")
+
+
+def script_name(script: Path, given: str | None) -> str:
+    """The task part of the script's cell ids: `--name`, else the file's stem made id-safe."""
+    name = given if given is not None else re.sub(r"[^a-z0-9_]", "_", script.stem.lower())
+    if not TASK_NAME.match(name):
+        raise UsageError(explain(f"--name {name!r}", "cell ids split on '-'", TASK_NAME.pattern,
+                                 "pass --name with lowercase letters, digits and underscores"))
+    return name
+
+
+def script_cells(matrix: Matrix, name: str) -> list[Cell]:
+    """Every distinct backend of the matrix's cells (any task's), as cells of the script."""
+    seen: dict[tuple[str, int, str, str], Cell] = {}
+    for cell in matrix.cells:
+        key = (cell.device, cell.processes, cell.strategy, cell.precision)
+        seen.setdefault(key, Cell(name, cell.device, cell.processes, cell.strategy, cell.precision))
+    return list(seen.values())
+
+
+def reference_of(cell: Cell, reference: str) -> Cell:
+    """The cell `cell` is compared with: `reference` is `{device}{n}-{strategy}` (at the cell's
+    precision: the tolerance table is measured against a baseline of the same precision) or a
+    full `{device}{n}-{strategy}-{precision}`."""
+    if not _SHAPE.match(reference):
+        raise UsageError(explain(
+            f"--reference {reference!r}", "it is not a backend of the matrix",
+            "{device}{processes}-{strategy}, optionally -{precision}: e.g. cpu1-single, cpu1-single-fp32",
+            "pass one of that form"))
+    full = reference if reference.count("-") == 2 else f"{reference}-{cell.precision}"
+    return Cell.from_id(f"{cell.task}-{full}")  # the pattern above admits only valid ids
+
+
+def arguments_for(arguments: list[str], cell: Cell, cell_dir: Path) -> list[str]:
+    """The script's arguments with the placeholders of this cell filled in."""
+
+    def fill(match: re.Match[str]) -> str:
+        if match[1] == "processes":
+            return str(cell.processes)
+        if match[1] == "cell_dir":
+            return str(cell_dir)
+        if match[1] == "cell_id":
+            return cell.id
+        total = int(match[2])
+        if total % cell.processes:
+            raise UsageError(explain(
+                f"script argument {match[0]!r} in cell {cell.id}", f"{total} does not split over "
+                f"{cell.processes} processes", "a number every selected world size divides",
+                "change the number, or leave this cell out with -k"))
+        return str(total // cell.processes)
+
+    return [_PLACEHOLDER.sub(fill, argument) for argument in arguments]

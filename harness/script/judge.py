@@ -1,0 +1,50 @@
+"""Judging a script cell: evidence of what ran first, then every recorded quantity against the
+reference cell's record at the matrix's tolerance for the cell (harness.truth.compare)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.spec.cell import Cell
+from harness.spec.matrix import Matrix
+from harness.truth.compare import compare_record, diagnose
+from harness.truth.outcome import CellResult, Status
+from harness.truth.record import Record
+
+
+def script_evidence_mismatch(cell: Cell, evidence: dict[str, Any]) -> str | None:
+    """How what the script ran differs from the cell; None when it agrees."""
+    asked = f"asked for {cell.strategy} {cell.precision} on {cell.device}{cell.processes}"
+    if not evidence:
+        return f"{asked}, the script never called accelerator.backward or get_state_dict (nothing recorded)"
+    ran = (f"{evidence.get('strategy')} {evidence.get('mixed_precision')} on "
+           f"{evidence.get('device')}{evidence.get('world_size')}")
+    asked_for = (cell.strategy, cell.processes, cell.device, cell.mixed_precision)
+    if tuple(evidence.get(k) for k in ("strategy", "world_size", "device", "mixed_precision")) != asked_for:
+        return f"{asked}, the script ran {ran}"
+    if evidence.get("zero_stage") != cell.zero_stage:
+        return f"{asked}, the DeepSpeed engine ran ZeRO stage {evidence.get('zero_stage')}"
+    if evidence.get("loss_scaling") != (cell.precision == "fp16"):
+        return f"{asked}, loss scaling was {'on' if evidence.get('loss_scaling') else 'off'}"
+    return None
+
+
+def judge_script_cell(cell: Cell, record: Record, reference: Record, reference_cell: Cell,
+                      matrix: Matrix, duration_s: float, emulated: bool) -> CellResult:
+    tolerance = matrix.tolerance_for(cell.precision, cell.strategy)
+    comparisons = compare_record(record, reference, tolerance)
+    extra: dict[str, Any] = {"reference": reference_cell.id, "evidence": record.meta.get("evidence"),
+                             "losses": record.losses, "golden_losses": reference.losses}
+    common: dict[str, Any] = {"comparisons": comparisons, "duration_s": round(duration_s, 3),
+                              "emulated": emulated, "extra": extra}
+    mismatch = script_evidence_mismatch(cell, record.meta.get("evidence") or {})
+    if mismatch is not None:
+        return CellResult(cell, Status.FAILED, f"evidence: {mismatch}", **common)
+    if all(c.ok for c in comparisons):
+        worst = max(comparisons, key=lambda c: c.tolerance_used, default=None)
+        closest = f"; closest: {worst.quantity} at {worst.tolerance_used:.0%} of tolerance" if worst else ""
+        return CellResult(cell, Status.PASSED, f"matches {reference_cell.id}{closest}", **common)
+    # compare.py speaks of "the golden"; here the baseline is the script's own reference cell.
+    reason = diagnose(cell.id, comparisons, record).replace("vs golden", "vs reference").replace(
+        "the golden's", "the reference's")
+    return CellResult(cell, Status.FAILED, f"against {reference_cell.id}: {reason}", **common)
