@@ -1,0 +1,65 @@
+"""`python -m harness sensitivity`: the harness's own detection rate over the bug catalog
+(harness.sensitivity, docs/sensitivity.md). Exit 0 only when every entry tried was caught; a miss
+or a catalog error (a patch that no longer applies) exits 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from harness.errors import EXIT_FAILED, EXIT_USAGE
+
+EXIT_OK = 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--fast", action="store_true", help="only the fast subset CI runs")
+    which.add_argument("--only", action="append", metavar="NAME", help="only this entry (repeatable)")
+    parser.add_argument("--list", action="store_true", help="print the catalog and exit")
+    parser.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS", help="per cell")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results here")
+    parser.add_argument("--keep-reports", type=Path, default=None, metavar="DIR",
+                        help="keep each entry's run report under DIR/<name>/")
+
+
+def cmd_sensitivity(args: argparse.Namespace) -> int:
+    from harness.sensitivity.catalog import CATALOG, FAST, by_name
+    from harness.sensitivity.trial import try_bug
+
+    if args.list:
+        for bug in CATALOG:
+            print(f"{bug.name:<36} {bug.area:<18} -k {bug.select:<30} {bug.imitates}")
+        print(f"{len(CATALOG)} entries")
+        return EXIT_OK
+    try:
+        bugs = by_name(FAST) if args.fast else by_name(args.only) if args.only else list(CATALOG)
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}")
+        return EXIT_USAGE
+    start = time.monotonic()
+    trials = []
+    for index, bug in enumerate(bugs, 1):
+        trial = try_bug(bug, timeout_s=args.timeout, keep=args.keep_reports)
+        trials.append(trial)
+        print(f"[{index}/{len(bugs)}] {trial.verdict.upper():<13} {bug.name} ({trial.seconds:.0f} s, "
+              f"-k {bug.select}): {trial.detail}", flush=True)
+    wall = time.monotonic() - start
+    caught = [t for t in trials if t.verdict == "caught"]
+    missed = [t for t in trials if t.verdict == "missed"]
+    errors = [t for t in trials if t.verdict == "catalog_error"]
+    print()
+    print(f"catalog: {len(bugs)} bug(s){' (fast subset)' if args.fast else ''}; caught {len(caught)} "
+          f"({len(caught) / max(len(bugs), 1):.0%}); missed {len(missed)}; catalog errors {len(errors)}; "
+          f"wall time {wall:.0f} s")
+    for trial in missed:
+        print(f"  MISSED {trial.bug.name} (imitates: {trial.bug.imitates}); closest: {trial.detail}")
+    for trial in errors:
+        print(f"  CATALOG ERROR {trial.detail}")
+    if args.json is not None:
+        summary = {"size": len(bugs), "caught": len(caught), "wall_s": round(wall, 1),
+                   "trials": [t.to_json() for t in trials]}
+        args.json.write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    return EXIT_OK if len(caught) == len(bugs) else EXIT_FAILED

@@ -1,0 +1,326 @@
+"""The catalog of realistic bugs (docs/sensitivity.md has the table and the measured catch rate).
+
+Each entry changes one thing in a copy of accelerate_core the way a real integration bug does,
+names the smallest selection of cells that should expose it, and says which real bug it
+imitates. The checkpoint entries (checkpoints.py) are kept apart: that code is being rewritten,
+and a patch that stops applying must show up as a catalog error there, not here.
+
+FAST: the subset CI runs through tests/harness/sensitivity (about a minute, one launch each):
+the two evidence faults of issue 14 (ZeRO-3 silently run as DDP; fp16 autocast disabled) and DDP
+that never all-reduces. The numeric catches run in the full catalog (`nox -s sensitivity`).
+"""
+
+from __future__ import annotations
+
+from harness.sensitivity.bug import Bug
+from harness.sensitivity.checkpoints import CHECKPOINT_BUGS
+
+CORE_BUGS: tuple[Bug, ...] = (
+    # ------------------------------------------------------------------ backend / precision choice
+    Bug(
+        name="deepspeed_ignored_on_cpu",
+        area="precision_fallback",
+        file="connector.py",
+        search="backend = resolve_backend(deepspeed_plugin, launch, process.world_size)",
+        replace=("backend = resolve_backend(None if use_cpu else deepspeed_plugin, launch, "
+                 "process.world_size)"),
+        select="regression-cpu2-zero3-fp32",
+        imitates="Hugging Face accelerate with cpu=True and a DeepSpeed plugin silently runs plain "
+                 "multi-process CPU training (no engine): measured with accelerate 1.15.0",
+    ),
+    Bug(
+        name="fp16_autocast_off_on_cpu",
+        area="autocast",
+        file="precision/amp.py",
+        search="return torch.autocast(device_type=self.device_type, dtype=self.dtype)",
+        replace=("return torch.autocast(device_type=self.device_type, dtype=self.dtype,\n"
+                 "                              enabled=not (self.device_type == 'cpu'\n"
+                 "                                           and self.mixed_precision == 'fp16'))"),
+        select="classifier-cpu1-single-fp16",
+        imitates="mixed_precision='fp16' on CPU silently trains in fp32 with autocast off (accelerate "
+                 "1.15.0 measured; torch CPU autocast lacked fp16 before 2.x)",
+    ),
+    Bug(
+        name="bf16_falls_back_to_fp32_on_cpu",
+        area="precision_fallback",
+        file="connector.py",
+        search='    if mixed_precision == "no":\n        return FP32Precision()',
+        replace=('    if mixed_precision == "no" or (mixed_precision == "bf16" '
+                 'and process.device.type == "cpu"):\n'
+                 "        return FP32Precision()"),
+        select="classifier-cpu1-single-bf16",
+        imitates="bf16 silently ignored on CPU (older accelerate disabled CPU bf16 autocast below "
+                 "torch 1.10 without a warning)",
+    ),
+    Bug(
+        name="bf16_autocasts_to_fp16",
+        area="autocast",
+        file="precision/amp.py",
+        search='_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}',
+        replace='_DTYPES = {"fp16": torch.float16, "bf16": torch.float16}',
+        select="classifier-cpu1-single-bf16",
+        imitates="a half-precision dtype mix-up: bf16 requested, float16 autocast (no loss scaler "
+                 "then, so gradients can underflow)",
+    ),
+    Bug(
+        name="deepspeed_fp16_falls_back_to_fp32",
+        area="precision_fallback",
+        file="precision/deepspeed.py",
+        search='            return {"fp16": dict(GRAD_SCALER_EQUIVALENT_FP16), "bf16": {"enabled": False}}',
+        replace='            return {"fp16": {"enabled": False}, "bf16": {"enabled": False}}',
+        select="regression-cpu2-zero1-fp16",
+        imitates="DeepSpeed fp16 refused on a CPU without native fp16 and silently replaced by fp32 "
+                 "instead of an error (what a 'fallback' in an integration does)",
+    ),
+    # ------------------------------------------------------------------ DDP and data sharding
+    Bug(
+        name="ddp_gradients_summed",
+        area="ddp",
+        file="strategies/ddp.py",
+        search="        return DistributedDataParallel(model, device_ids=device_ids)",
+        replace=("        wrapped = DistributedDataParallel(model, device_ids=device_ids)\n\n"
+                 "        def summed(_state, bucket):  # type: ignore[no-untyped-def]  # no average\n"
+                 "            import torch.distributed as dist\n"
+                 "            work = dist.all_reduce(bucket.buffer(), async_op=True)\n"
+                 "            return work.get_future().then(lambda fut: fut.value()[0])\n\n"
+                 "        wrapped.register_comm_hook(None, summed)\n"
+                 "        return wrapped"),
+        select="regression-cpu2-ddp-fp32",
+        imitates="gradients summed instead of averaged across ranks (a custom comm hook or a loss "
+                 "not divided by world size: the effective lr grows with the world size)",
+    ),
+    Bug(
+        name="ddp_never_syncs",
+        area="ddp",
+        file="strategies/ddp.py",
+        search="        return DistributedDataParallel(model, device_ids=device_ids)",
+        replace=("        wrapped = DistributedDataParallel(model, device_ids=device_ids)\n"
+                 "        wrapped.require_backward_grad_sync = False  # left over from a no_sync() context\n"
+                 "        return wrapped"),
+        select="regression-cpu2-ddp-fp32",
+        imitates="gradient accumulation's no_sync() left on: DDP never all-reduces (accelerate "
+                 "issues on sync_gradients staying False after accumulate())",
+    ),
+    Bug(
+        name="every_rank_same_shard",
+        area="sharding",
+        file="data.py",
+        search="        start = self.rank * self.batch_size",
+        replace="        start = 0",
+        select="regression-cpu2-ddp-fp32",
+        imitates="a sampler that ignores the rank (DistributedSampler missing or set_epoch/rank not "
+                 "passed): every rank trains on the same samples",
+    ),
+    Bug(
+        name="gather_for_metrics_keeps_padding",
+        area="sharding",
+        file="accelerator.py",
+        search="if loader is not None and self._data_state.end_of_dataloader and loader.remainder:",
+        replace=("if False and loader is not None and self._data_state.end_of_dataloader "
+                 "and loader.remainder:"),
+        select="regression-cpu2-ddp-fp32",
+        imitates="gather_for_metrics returning the samples repeated to even out the last batch "
+                 "(accelerate issues on duplicated eval samples in the last batch)",
+    ),
+    Bug(
+        name="gather_wrong_rank_order",
+        area="sharding",
+        file="ops.py",
+        search="    return torch.cat(parts, dim=0).to(tensor.dtype)",
+        replace="    return torch.cat(parts[::-1], dim=0).to(tensor.dtype)",
+        select="classifier-cpu2-ddp-fp32",
+        imitates="gathered outputs concatenated out of rank order (predictions no longer line up "
+                 "with their labels)",
+    ),
+    Bug(
+        name="reduce_mean_is_sum",
+        area="sharding",
+        file="ops.py",
+        search="        if reduction == \"mean\":\n            out = out / world",
+        replace="        if reduction == \"mean\":\n            out = out",
+        select="regression-cpu2-ddp-fp32",
+        imitates="reduce(..., 'mean') returning the sum: logged losses scale with the world size",
+    ),
+    # ------------------------------------------------------------------ loss scaling
+    Bug(
+        name="overflow_step_not_skipped",
+        area="loss_scaling",
+        file="precision/amp.py",
+        search="        self.scaler.step(optimizer)\n",
+        replace="        optimizer.step()  # skipped the scaler: inf/NaN steps are applied\n",
+        select="regression-cpu1-single-fp16",
+        imitates="an optimizer step taken outside GradScaler.step, so overflowed (inf/NaN) steps are "
+                 "applied instead of skipped",
+    ),
+    Bug(
+        name="deepspeed_hysteresis_default",
+        area="deepspeed_config",
+        file="precision/deepspeed.py",
+        search='    "hysteresis": 1,',
+        replace='    "hysteresis": 2,',
+        select="regression-cpu2-zero2-fp16",
+        imitates="DeepSpeed's default fp16 hysteresis of 2: the scale is lowered only on the second "
+                 "overflow, unlike torch's GradScaler (loss-scale sequences differ)",
+    ),
+    Bug(
+        name="deepspeed_initial_scale_2_32",
+        area="deepspeed_config",
+        file="precision/deepspeed.py",
+        search='    "initial_scale_power": 16,',
+        replace='    "initial_scale_power": 32,',
+        select="regression-cpu2-zero1-fp16",
+        imitates="DeepSpeed's old initial_scale_power default of 32 (2**32 start: many early steps "
+                 "skipped where GradScaler starts at 2**16)",
+    ),
+    Bug(
+        name="deepspeed_overflow_not_reported",
+        area="loss_scaling",
+        file="strategies/deepspeed.py",
+        search=('        return bool(getattr(engine.optimizer, "overflow", False)) '
+                "or not engine.was_step_applied()"),
+        replace="        return False",
+        select="regression-cpu2-zero2-fp16",
+        imitates="optimizer.is_overflow always False under DeepSpeed: the loop steps its lr "
+                 "scheduler on skipped steps (DeepSpeed/accelerate issues on schedulers advancing "
+                 "past overflow steps)",
+    ),
+    # ------------------------------------------------------------------ gradient accumulation
+    Bug(
+        name="backward_divides_by_accumulation",
+        area="accumulation",
+        file="accelerator.py",
+        search="        self._strategy.backward(loss, model)",
+        replace="        self._strategy.backward(loss / self.gradient_accumulation_steps, model)",
+        select="sgd_accum-cpu1-single-fp32",
+        imitates="Hugging Face accelerate's backward divides the loss by the accumulation steps "
+                 "itself; a loop that divides too trains with gradients / steps**2",
+    ),
+    Bug(
+        name="deepspeed_scale_wrt_gas_default",
+        area="accumulation",
+        file="strategies/deepspeed.py",
+        search="backward(loss, scale_wrt_gas=False)",
+        replace="backward(loss)",
+        select="sgd_accum-cpu2-zero2-fp32",
+        imitates="DeepSpeed's engine.backward default scale_wrt_gas=True divides the (already "
+                 "divided) loss by gradient_accumulation_steps again",
+    ),
+    Bug(
+        name="deepspeed_accumulation_not_passed",
+        area="accumulation",
+        file="strategies/deepspeed.py",
+        search="gradient_accumulation_steps=self.plugin.gradient_accumulation_steps or 1,",
+        replace="gradient_accumulation_steps=1,",
+        select="sgd_accum-cpu2-zero1-fp32",
+        imitates="the Accelerator's gradient_accumulation_steps not written into the DeepSpeed "
+                 "config (accelerate issues on gradient_accumulation_steps mismatch with the "
+                 "DeepSpeed config)",
+    ),
+    # ------------------------------------------------------------------ clipping
+    Bug(
+        name="clip_scaled_fp16_gradients",
+        area="clipping",
+        file="strategies/single_device.py",
+        search="        for optimizer in self._optimizers:\n            self.precision.unscale_(optimizer)\n",
+        replace="",
+        select="clip_norm-cpu1-single-fp16",
+        imitates="clipping fp16 gradients still multiplied by the loss scale (the mistake torch's "
+                 "AMP docs warn of: unscale_ before clip_grad_norm_)",
+    ),
+    Bug(
+        name="deepspeed_clip_ignored",
+        area="clipping",
+        file="strategies/deepspeed.py",
+        search=("            optimizer.clip_grad = float(max_norm)  "
+                "# for the next step only, see optimizer_step"),
+        replace="            pass  # clip_grad_norm_ is a no-op under DeepSpeed",
+        select="clip_norm-cpu2-zero2-fp32",
+        imitates="accelerator.clip_grad_norm_ silently doing nothing under DeepSpeed (accelerate "
+                 "returns None there and leaves clipping to the config)",
+    ),
+    Bug(
+        name="deepspeed_default_clip_1",
+        area="deepspeed_config",
+        file="strategies/deepspeed_config.py",
+        search='    m.default("gradient_clipping", 0.0)',
+        replace='    m.default("gradient_clipping", 1.0)',
+        select="sgd_accum-cpu2-zero1-fp32",
+        imitates="a gradient_clipping of 1.0 filled in by default ('auto' resolved to the HF "
+                 "Trainer's max_grad_norm=1.0) where the loop asked for no clipping",
+    ),
+    # ------------------------------------------------------------------ ZeRO partitioning and state dicts
+    Bug(
+        name="user_deepspeed_config_dropped",
+        area="zero",
+        file="strategies/deepspeed_config.py",
+        search="    m = _Merger(load_user_config(plugin.config))",
+        replace="    m = _Merger({})  # the plugin's config never read",
+        select="regression-cpu2-zero3-fp32",
+        imitates="a DeepSpeed config given to the plugin silently ignored when keyword settings "
+                 "are also given (ZeRO-3 then keeps small parameters whole)",
+    ),
+    Bug(
+        name="zero_stage_off_by_one",
+        area="zero",
+        file="strategies/deepspeed_config.py",
+        search='    m.require("zero_optimization.stage", plugin.zero_stage, ',
+        replace='    m.require("zero_optimization.stage", max(plugin.zero_stage - 1, 0), ',
+        select="regression-cpu2-zero3-fp32",
+        imitates="the ZeRO stage mis-mapped between a launcher setting and the DeepSpeed config "
+                 "(e.g. an enum index off by one)",
+    ),
+    Bug(
+        name="zero3_state_dict_local_shards",
+        area="state_dict",
+        file="strategies/deepspeed_state.py",
+        search="            full = safe_get_full_fp32_param(tensor)\n",
+        replace=("            full = tensor.ds_tensor.detach().clone() if hasattr(tensor, 'ds_tensor') "
+                 "else safe_get_full_fp32_param(tensor)\n"),
+        select="classifier-cpu2-zero3-fp32",
+        imitates="ZeRO-3 saving each rank's partition instead of the gathered weights (DeepSpeed "
+                 "and transformers issues on empty or shape-(0,) weights saved under ZeRO-3)",
+    ),
+    Bug(
+        name="zero_state_dict_drops_buffers",
+        area="state_dict",
+        file="strategies/deepspeed_state.py",
+        search="        else:  # buffers are not partitioned\n",
+        replace="        elif False:  # buffers dropped\n",
+        select="classifier-cpu2-zero2-fp32",
+        imitates="buffers missing from a consolidated ZeRO state dict (DeepSpeed zero_to_fp32 "
+                 "issues on non-parameter state)",
+    ),
+    Bug(
+        name="deepspeed_steps_the_scheduler_too",
+        area="deepspeed_config",
+        file="strategies/deepspeed.py",
+        search="                config=self.config,\n                dist_init_required=False,",
+        replace=("                config=self.config,\n"
+                 "                lr_scheduler=schedulers[0] if schedulers else None,\n"
+                 "                dist_init_required=False,"),
+        # A resume cell: the plain cells run the MISSION loop, which never passes its scheduler
+        # to prepare(), so the engine could not get it there (the first full run missed it on
+        # classifier-cpu2-zero1-fp32 for that reason); checkpointed runs prepare it.
+        select="classifier-golden-fp32:cpu2-zero1-fp32",
+        imitates="the user's lr scheduler handed to the DeepSpeed engine, which steps it inside "
+                 "engine.step() while the loop steps it too (lr advanced twice per step)",
+    ),
+)
+
+CATALOG: tuple[Bug, ...] = CORE_BUGS + CHECKPOINT_BUGS
+
+FAST: tuple[str, ...] = (
+    "deepspeed_ignored_on_cpu",
+    "fp16_autocast_off_on_cpu",
+    "ddp_never_syncs",
+)
+
+
+def by_name(names: list[str] | tuple[str, ...]) -> list[Bug]:
+    known = {bug.name: bug for bug in CATALOG}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise KeyError(f"no catalog entry named {', '.join(map(repr, unknown))}. Valid: "
+                       f"{', '.join(sorted(known))}. Fix: use a name that "
+                       "`python -m harness sensitivity --list` prints")
+    return [known[name] for name in names]

@@ -1,0 +1,115 @@
+"""Trying one catalog entry: patch a copy of the core, run the entry's cells against it through
+`python -m harness run` (a child process whose working directory holds the copy, so the copy
+comes first on every rank's path), and read the verdict from the report.
+
+Caught: at least one selected cell failed on its numbers or its evidence (a judged record).
+Missed: every cell that ran passed; the closest comparison (the highest share
+of its tolerance) is kept to show how far the bug was from being seen. A catalog error: the patch
+did not apply, the selection ran no cell here, a cell's evidence shows it ran another copy of
+the core, or the patched core raised, crashed or hung instead of running silently wrong; it is
+reported apart and counts as neither.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from harness.sensitivity.bug import Bug, CatalogError, patched_copy
+
+Verdict = Literal["caught", "missed", "catalog_error"]
+UNEXPECTED = {"failed", "error", "crashed", "timeout", "xpassed"}
+# A catch is a cell judged wrong from its finished record: its numbers left the golden's
+# tolerance, or its evidence showed that something else ran. A patch that makes training raise,
+# crash or hang imitates no silent bug, so it is a catalog error, not a catch.
+JUDGED_FAILURES = {"divergence", "evidence"}
+
+
+@dataclass
+class Trial:
+    bug: Bug
+    verdict: Verdict
+    seconds: float
+    detail: str  # caught: the first failing cell and its reason; missed: the closest comparison
+    cells: dict[str, str] = field(default_factory=dict)  # cell id -> status
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.bug.name, "area": self.bug.area, "select": self.bug.select,
+                "imitates": self.bug.imitates, "verdict": self.verdict,
+                "seconds": round(self.seconds, 1), "detail": self.detail, "cells": self.cells}
+
+
+def try_bug(bug: Bug, *, timeout_s: float, keep: Path | None = None) -> Trial:
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"sensitivity-{bug.name}-") as tmp:
+        workdir = Path(tmp)
+        try:
+            patched_copy(bug, workdir)
+            report = _run_cells(bug, workdir, timeout_s, keep)
+            verdict, detail, cells = _verdict(bug, report, workdir)
+        except CatalogError as exc:
+            return Trial(bug, "catalog_error", time.monotonic() - start, str(exc))
+    return Trial(bug, verdict, time.monotonic() - start, detail, cells)
+
+
+def _run_cells(bug: Bug, workdir: Path, timeout_s: float, keep: Path | None) -> dict[str, Any]:
+    report_dir = (keep / bug.name) if keep is not None else workdir / "report"
+    env = dict(os.environ)
+    # The copy first: the working directory is first on the path of `python -m` and `-c`
+    # processes (the runner's launcher and every rank), PYTHONPATH for anything else.
+    env["PYTHONPATH"] = os.pathsep.join([str(workdir), *filter(None, [env.get("PYTHONPATH")])])
+    # --isolate: one launch per cell, and no confirming rerun of a failure in a second launch
+    # (the catalog asks whether a bug is seen at all; a flaky catch would show as a miss on the
+    # next run of the catalog, which CI repeats on every push).
+    command = [sys.executable, "-m", "harness", "run", "-k", bug.select, "--report-dir", str(report_dir),
+               "--overwrite", "-q", "--isolate", "--timeout", str(timeout_s)]
+    done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, check=False)
+    report = report_dir / "report.json"
+    if not report.is_file():
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        raise CatalogError(f"{bug.name}: `harness run -k {bug.select!r}` wrote no report (exit "
+                           f"{done.returncode}): {' | '.join(tail)}")
+    loaded: dict[str, Any] = json.loads(report.read_text(encoding="utf-8"))
+    return loaded
+
+
+def _verdict(bug: Bug, report: dict[str, Any], workdir: Path) -> tuple[Verdict, str, dict[str, str]]:
+    ran = [c for c in report.get("cells", []) if c.get("status") != "skipped"]
+    cells = {c["id"]: c["status"] for c in ran}
+    if not ran:
+        raise CatalogError(f"{bug.name}: -k {bug.select!r} ran no cell here (all skipped or none selected)")
+    copy = str((workdir / "accelerate_core").resolve())
+    for cell in ran:
+        core = ((cell.get("extra") or {}).get("evidence") or {}).get("core_path")
+        if core is not None and core != copy:
+            raise CatalogError(f"{bug.name}: cell {cell['id']} ran the core at {core}, not the patched copy")
+    judged = [c for c in ran if c["status"] == "failed" and c.get("failure") in JUDGED_FAILURES]
+    if judged:
+        first = judged[0]
+        return "caught", f"{first['id']} {first['status']}: {first.get('reason', '')}", cells
+    broken = [c for c in ran if c["status"] in UNEXPECTED]
+    if broken:  # the patch made the core raise, crash or hang: that is not the silent bug it imitates
+        first = broken[0]
+        raise CatalogError(f"{bug.name}: the patched core did not run silently wrong: {first['id']} "
+                           f"{first['status']}: {first.get('reason', '')}")
+    return "missed", _closest(ran), cells
+
+
+def _closest(cells: list[dict[str, Any]]) -> str:
+    """The comparison that came nearest to its tolerance, over every cell that ran."""
+    best: tuple[float, str] = (-1.0, "no comparison recorded")
+    for cell in cells:
+        for comparison in cell.get("comparisons", []):
+            used = comparison.get("tolerance_used")
+            if isinstance(used, (int, float)) and used > best[0]:
+                best = (float(used), f"{cell['id']}: {comparison['quantity']} at {used:.0%} of tolerance "
+                        f"(max |diff| {comparison.get('max_abs_diff', float('nan')):.3g}, atol "
+                        f"{comparison.get('atol')}, rtol {comparison.get('rtol')})")
+    return best[1]

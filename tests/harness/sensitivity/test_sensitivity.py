@@ -1,0 +1,79 @@
+"""The harness's own detection rate (issue 14): the catalog's patches still apply to the core as it
+is (cheap, no launch), and the fast subset is caught for real, each bug patched into a temporary
+copy of the core and run through `python -m harness run`:
+
+- a cell that asks for ZeRO-3 but silently runs DDP fails on evidence, not on numbers;
+- an fp16 cell whose autocast is disabled fails on evidence;
+- DDP that never all-reduces fails on evidence (the ranks' gradients disagree).
+
+The full catalog runs through `nox -s sensitivity` (docs/sensitivity.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accelerate_core.imports import is_deepspeed_available
+from harness.sensitivity.bug import AREAS, Bug, CatalogError, core_source, patched_copy
+from harness.sensitivity.catalog import CATALOG, FAST, by_name
+from harness.sensitivity.trial import try_bug
+
+
+def test_the_catalog_has_twenty_realistic_bugs_covering_every_area() -> None:
+    names = [bug.name for bug in CATALOG]
+    assert len(names) >= 20 and len(set(names)) == len(names)
+    covered = {bug.area for bug in CATALOG}
+    assert covered == set(AREAS), f"areas without an entry: {set(AREAS) - covered}"
+    assert all(bug.imitates and bug.select for bug in CATALOG)
+
+
+@pytest.mark.parametrize("bug", CATALOG, ids=lambda bug: bug.name)
+def test_every_patch_still_applies_to_the_core_as_it_is(bug: Bug, tmp_path: Path) -> None:
+    """A patch whose search text drifted away is a catalog error to fix now, not a silent miss."""
+    patched_copy(bug, tmp_path)
+    changed = (tmp_path / "accelerate_core" / bug.file).read_text(encoding="utf-8")
+    assert bug.replace in changed and changed != (core_source() / bug.file).read_text(encoding="utf-8")
+
+
+def test_a_patch_that_no_longer_applies_is_a_catalog_error_never_a_catch(tmp_path: Path) -> None:
+    stale = Bug(name="stale", area="checkpoint", file="ops.py", search="text the core never had",
+                replace="x", select="regression-cpu1-single-fp32",
+                imitates="a patch written against old code")
+    with pytest.raises(CatalogError, match=r"no longer occurs in accelerate_core/ops\.py"):
+        patched_copy(stale, tmp_path)
+    trial = try_bug(stale, timeout_s=60)
+    assert trial.verdict == "catalog_error" and "no longer occurs" in trial.detail
+
+
+def test_the_repository_core_is_never_patched(tmp_path: Path) -> None:
+    bug = by_name(["fp16_autocast_off_on_cpu"])[0]
+    before = (core_source() / bug.file).read_text(encoding="utf-8")
+    patched_copy(bug, tmp_path)
+    assert (core_source() / bug.file).read_text(encoding="utf-8") == before
+    assert (tmp_path / "accelerate_core").resolve() != core_source()
+
+
+_NEEDS_DEEPSPEED = {"deepspeed_ignored_on_cpu"}  # its cell is a ZeRO-3 cell: skipped without deepspeed
+_EVIDENCE = {
+    "deepspeed_ignored_on_cpu": "evidence: asked for zero3 fp32 on cpu2, the run had no DeepSpeed engine "
+                                "(DDPStrategy ran)",
+    "fp16_autocast_off_on_cpu": "evidence: asked for single fp16 on cpu1, the first Linear layer computed in "
+                                "float32",
+    "ddp_never_syncs": "evidence: asked for ddp fp32 on cpu2, gradients were never all-reduced",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(name, marks=[pytest.mark.deepspeed, pytest.mark.skipif(
+        not is_deepspeed_available(), reason="deepspeed is not installed")]) if name in _NEEDS_DEEPSPEED
+     else name for name in FAST],
+)
+def test_the_fast_subset_is_caught(name: str) -> None:
+    trial = try_bug(by_name([name])[0], timeout_s=180)
+    assert trial.verdict == "caught", trial.detail
+    _cell, _, reason = trial.detail.partition(" failed: ")  # on what ran, before any number
+    assert reason.startswith(_EVIDENCE[name]), trial.detail
