@@ -1,0 +1,50 @@
+"""tox's version-sweep environments are matrix.toml's (sweep = true), with the same pins; the
+releases the core refuses are exactly those run with the override and measured, not gating."""
+
+from __future__ import annotations
+
+import configparser
+import re
+
+import pytest
+
+from accelerate_core.deepspeed_support import UnsupportedDeepSpeedError, check_deepspeed_release
+from harness.spec.matrix import load_matrix
+from tests.distributed_helpers import REPO_ROOT
+
+SWEEP = {name: env for name, env in load_matrix().environments.items() if env.sweep}
+
+
+def _section() -> tuple[str, dict[str, list[str]]]:
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(REPO_ROOT / "tox.ini")
+    name = next(s for s in tox.sections() if s.startswith("testenv:versions-"))
+    keys = {key: [line.strip() for line in tox[name][key].splitlines() if line.strip()]
+            for key in ("deps", "setenv", "ignore_outcome")}
+    return name, keys
+
+
+def _refused(version: str) -> bool:
+    try:
+        check_deepspeed_release(version, allow_override=False)
+    except UnsupportedDeepSpeedError:
+        return True
+    return False
+
+
+def test_tox_factors_are_the_sweep_environments_with_their_pins() -> None:
+    name, keys = _section()
+    factors = re.fullmatch(r"testenv:versions-\{(.*)\}", name)
+    assert factors is not None and factors.group(1).split(",") == list(SWEEP)
+    for env_name, env in SWEEP.items():
+        assert f"{env_name}: torch=={env.torch_version}" in keys["deps"]
+        assert f"{env_name}: deepspeed=={env.deepspeed_version}" in keys["deps"]
+        assert f"{env_name}: SWEEP_MARKS = {env.markexpr}" in keys["setenv"]
+
+
+@pytest.mark.parametrize("env_name", list(SWEEP))
+def test_only_releases_the_core_refuses_run_with_the_override(env_name: str) -> None:
+    _, keys = _section()
+    refused = _refused(SWEEP[env_name].deepspeed_version)
+    assert (f"{env_name}: ACCELERATE_CORE_ALLOW_UNSUPPORTED_DEEPSPEED = 1" in keys["setenv"]) == refused
+    assert (f"{env_name}: true" in keys["ignore_outcome"]) == refused

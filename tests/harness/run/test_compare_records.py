@@ -1,0 +1,40 @@
+"""`python -m harness run --compare-records DIR` across versions: every cell's numbers against the
+other environment's record, classed bit-identical / within tolerance / diverged, in report.json,
+report.md and on the terminal, while the golden alone decides the verdict. One real cpu1 launch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.spec.matrix import load_matrix
+from harness.truth.golden import load_golden
+from tests.harness.runner_helpers import cells_by_id, report, run_harness
+
+CELL = "regression-cpu1-single-fp32"
+
+
+def test_numbers_moved_inside_the_tolerance_are_reported_and_the_cell_still_passes(tmp_path: Path) -> None:
+    # The other environment: another torch release (so no bit-for-bit rule), its record the golden
+    # with one weight moved by a quarter of the cell's absolute tolerance.
+    other = tmp_path / "other"
+    moved = load_golden("regression", "fp32")
+    name = next(iter(moved.state_dict))
+    moved.state_dict[name].view(-1)[0] += load_matrix().tolerance_for("fp32", "single").atol / 4
+    moved.save(other / "records" / CELL)
+    (other / "report.json").write_text(json.dumps({"environment": {"name": "older_torch", "torch": "2.12.0"},
+                                                   "cells": []}))
+    report_dir = tmp_path / "r"
+    done = run_harness("run", "-k", CELL,
+                       "--report-dir", str(report_dir), "--compare-records", str(other))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    cell = cells_by_id(report_dir)[CELL]
+    assert cell["status"] == "passed"
+    change = cell["extra"]["record_change"]
+    assert change["against"] == "older_torch" and change["change"] == "within tolerance"
+    assert change["first_difference"] == f"state_dict/{name}"
+    summary = report(report_dir)["record_changes"]
+    assert summary["counts"]["within tolerance"] == 1 and summary["counts"]["diverged"] == 0
+    assert "numbers against older_torch: 0 bit-identical, 1 within tolerance, 0 diverged" in done.stdout
+    md = (report_dir / "report.md").read_text()
+    assert "### Numbers against another environment" in md and f"| `{CELL}` | within tolerance |" in md
