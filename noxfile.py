@@ -14,14 +14,21 @@ rebuilt and overwritten every time the other venv runs.
                                      numerics tests on this CPU made to look older (AVX2 only,
                                      no native fp16): tests(older_cpu)
     nox -s golden                    check goldens reproduce; `nox -s golden -- --update` rewrites
+    nox -s versions                  the dependency-version sweep (docs/versions.md): every
+                                     [environments.*] with sweep = true in matrix/matrix.toml, each
+                                     with torch and deepspeed pinned; reports/versions/<env>/
+    nox -s versions -- -k "cpu2 and zero"   fewer cells per environment
     nox -s lint                      ruff + mypy
 """
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import nox
+import tomllib
 
 PYTHON = "3.11"
 TORCH = "torch==2.13.0"
@@ -52,7 +59,19 @@ NUMERICS_TESTS = [
     "tests/accelerate_core/commands/test_env_command.py::test_env_names_what_decides_numerics_here",
 ]
 
-nox.options.sessions = ["lint", "tests", "matrix"]
+
+def _sweep_environments() -> dict[str, dict[str, object]]:
+    """[environments.*] of matrix.toml with sweep = true, in file order (the one source; read with
+    tomllib because nox's own interpreter need not have the project installed)."""
+    matrix = tomllib.loads(Path("matrix/matrix.toml").read_text(encoding="utf-8"))
+    return {name: body for name, body in matrix.get("environments", {}).items() if body.get("sweep")}
+
+
+SWEEP = _sweep_environments()
+SWEEP_REPORTS = REPORTS / "versions"
+ALLOW_UNSUPPORTED = "ACCELERATE_CORE_ALLOW_UNSUPPORTED_DEEPSPEED"  # accelerate_core/deepspeed_support.py
+
+nox.options.sessions = ["lint", "tests", "matrix"]  # `versions` runs only when named (or scheduled)
 nox.options.error_on_missing_interpreters = True
 
 
@@ -153,7 +172,83 @@ def golden(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def sensitivity(session: nox.Session) -> None:
+    """The harness's detection rate: the whole bug catalog, each bug patched into a temporary
+    copy of the core (docs/sensitivity.md); exits non-zero below 100%. Arguments after -- go to
+    `python -m harness sensitivity` (e.g. -- --only ddp_never_syncs)."""
+    _install(session, EXTRAS["deepspeed"])
+    _check_deepspeed(session, "deepspeed")
+    _build_deepspeed_ops(session, "deepspeed")
+    session.run("python", "-m", "harness", "sensitivity", "--json", str(REPORTS / "sensitivity.json"),
+                *session.posargs, env=_environ(session, "deepspeed"))
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     _install(session, "test,dev")
     session.run("ruff", "check", ".")
     session.run("mypy")
+
+
+def _write_json(path: Path, data: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("env", list(SWEEP), ids=list(SWEEP))
+def versions(session: nox.Session, env: str) -> None:
+    """One environment of the version sweep: torch and deepspeed pinned as matrix.toml says, the
+    support status and the DeepSpeed-alone behaviours (`harness versions probe`), then its cells,
+    records compared with its `compare_with` environment. A release the core refuses is still
+    run (ALLOW_UNSUPPORTED), to show its first failing cell; its failures do not fail the session,
+    a supported environment's do. Seconds per phase go to sweep_times.json (docs/versions.md)."""
+    spec = SWEEP[env]
+    out = SWEEP_REPORTS / env
+    times: dict[str, float] = {}
+    pins = {"torch": str(spec["torch_version"]), "deepspeed": str(spec["deepspeed_version"])}
+
+    def timed(phase: str, step: object) -> None:
+        start = time.monotonic()
+        try:
+            step()  # type: ignore[operator]
+        finally:
+            times[phase] = round(times.get(phase, 0.0) + time.monotonic() - start, 1)
+            _write_json(out / "sweep_times.json", times)
+
+    def fail(stage: str, reason: str) -> None:
+        status = {**pins, "supported": False, "stage": stage, "reason": reason}
+        _write_json(out / "version_status.json", status)
+        session.error(reason)
+
+    def install() -> None:
+        for requirement in (f"torch=={pins['torch']}", "-e .[test]", f"deepspeed=={pins['deepspeed']}"):
+            try:  # torch first, pinned; the project without its deepspeed extra: the pin replaces it
+                session.install(*requirement.split())
+            except nox.command.CommandFailed:
+                fail("install", f"install error: pip install {requirement} failed (the session log has "
+                     "pip's output)")
+
+    timed("install", install)
+    environ = _environ(session, env)
+    try:
+        timed("op build", lambda: _build_deepspeed_ops(session, env))
+    except nox.command.CommandFailed:
+        fail("op build", "op build error: DeepSpeed's CPU comm op did not build or load (the session log "
+             "has the error)")
+    probe = ["python", "-m", "harness", "versions", "probe", "--report-dir", str(out)]
+    timed("probe", lambda: session.run(*probe, env=environ))
+    status = json.loads((out / "version_status.json").read_text(encoding="utf-8"))
+    if status.get("stage") in ("install", "import", "op build"):
+        return  # nothing can run; version_status.json says why
+    command = ["python", "-m", "harness", "run", "--env-name", env, "--report-dir", str(out), "--overwrite",
+               "-m", str(spec.get("markexpr") or "not gpu and not multi_gpu")]
+    baseline = SWEEP_REPORTS / str(spec.get("compare_with", ""))
+    if spec.get("compare_with") and (baseline / "report.json").is_file():
+        command += ["--compare-records", str(baseline)]
+    elif spec.get("compare_with"):
+        session.warn(f"no {baseline}/report.json: run {spec['compare_with']} first for the record comparison")
+    if not status.get("supported"):  # measure what the refused release does; never fail on it
+        environ = {**environ, ALLOW_UNSUPPORTED: "1"}
+    timed("cells", lambda: session.run(*command, *session.posargs, env=environ,
+                                       success_codes=[0] if status.get("supported") else [0, 1]))

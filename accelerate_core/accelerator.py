@@ -17,6 +17,9 @@ from torch.utils.data import DataLoader
 
 import accelerate_core.checkpointing as checkpointing
 import accelerate_core.ops as ops
+import accelerate_core.recording as recording
+from accelerate_core.checkpoint import CheckpointError, CheckpointReader, CheckpointWriter
+from accelerate_core.checkpoint.layout import write_tensors
 from accelerate_core.connector import Resolved, connect
 from accelerate_core.data import DataState, PreparedDataLoader, SkippedDataLoader
 from accelerate_core.deepspeed_plugin import DeepSpeedPlugin
@@ -36,10 +39,14 @@ class Accelerator:
         cpu: bool | None = None,
         gradient_accumulation_steps: int | None = None,
         deepspeed_plugin: DeepSpeedPlugin | None = None,
+        sync_batchnorm: bool | None = None,
     ) -> None:
+        # sync_batchnorm=True: BatchNorm layers use the statistics of the global batch on
+        # multi-process runs (accelerate_core/sync_batchnorm.py); None: the launcher's value, else off.
         self._resolved, self._process, self._strategy = connect(
             fp16=fp16, mixed_precision=mixed_precision, cpu=cpu,
             gradient_accumulation_steps=gradient_accumulation_steps, deepspeed_plugin=deepspeed_plugin,
+            sync_batchnorm=sync_batchnorm,
         )
         self._strategy.setup_environment()
         self._data_state = DataState()
@@ -47,6 +54,8 @@ class Accelerator:
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
+        # Set only when a tool asks for a record (ACCELERATE_CORE_RECORD_DIR, recording.py).
+        self._recorder = recording.recorder_for(self)
 
     # -- what was decided ------------------------------------------------------------------
     @property
@@ -152,6 +161,9 @@ class Accelerator:
 
     # -- training ------------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, model: nn.Module | None = None) -> None:
+        if self._recorder is not None:
+            lrs = [float(group["lr"]) for optimizer in self._optimizers for group in optimizer.param_groups]
+            self._recorder.on_backward(self, loss, lrs)
         self._strategy.backward(loss, model)
 
     def clip_grad_norm_(self, parameters: Iterable[nn.Parameter], max_norm: float,
@@ -164,13 +176,19 @@ class Accelerator:
     def unwrap_model(self, model: nn.Module) -> nn.Module:
         return self._strategy.unwrap_model(model)
 
-    def skip_first_batches(self, dataloader: PreparedDataLoader, num_batches: int) -> SkippedDataLoader:
-        """One pass over a prepared dataloader starting at batch `num_batches` (for resuming)."""
+    def skip_first_batches(self, dataloader: PreparedDataLoader,
+                           num_batches: int | None = None) -> SkippedDataLoader:
+        """One pass over a prepared dataloader starting at batch `num_batches`; without it, at
+        the position load_state restored (0 when none): how a loop resumes mid-epoch
+        (docs/checkpoint-format.md). The returned loader's `.skip` is the number left out."""
         return SkippedDataLoader(dataloader, num_batches)
 
     # -- collectives ---------------------------------------------------------------------------
     def gather(self, data: Any) -> Any:
-        return ops.gather(data)
+        gathered = ops.gather(data)
+        if self._recorder is not None:
+            self._recorder.on_gather(gathered)
+        return gathered
 
     def gather_for_metrics(self, data: Any) -> Any:
         """gather(), minus the samples the last batch repeated to keep ranks even."""
@@ -178,6 +196,8 @@ class Accelerator:
         loader = self._data_state.active
         if loader is not None and self._data_state.end_of_dataloader and loader.remainder:
             gathered = ops.truncate(gathered, loader.total_batch_size, loader.remainder)
+        if self._recorder is not None:
+            self._recorder.on_gather(gathered)
         return gathered
 
     def reduce(self, data: Any, reduction: str = "mean") -> Any:
@@ -197,35 +217,65 @@ class Accelerator:
     # -- saving --------------------------------------------------------------------------------
     def get_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The full state dict on CPU. A collective under ZeRO-3: call it on every rank."""
-        return self._strategy.get_state_dict(model)
+        state_dict = self._strategy.get_state_dict(model)
+        if self._recorder is not None:
+            self._recorder.on_state_dict(self, state_dict)
+        return state_dict
 
     def save(self, obj: Any, path: str | Path) -> None:
-        """torch.save on the main process only, written atomically."""
+        """On the main process only, written atomically: torch.save (a dict of tensors loads
+        with `torch.load(path, weights_only=True)`), or safetensors for a `.safetensors` path."""
         if self.is_main_process:
-            checkpointing.atomic_save(obj, path)
+            if str(path).endswith(".safetensors"):
+                write_tensors(Path(path), obj)
+            else:
+                checkpointing.atomic_save(obj, path)
 
     def save_state(self, directory: str | Path) -> None:
-        """Checkpoint models, optimizers, schedulers, loss scaler, RNG and dataloader epochs."""
-        path = Path(directory)
-        if self.is_main_process:
-            path.mkdir(parents=True, exist_ok=True)
+        """Write the backend-neutral checkpoint (docs/checkpoint-format.md): full fp32 models,
+        optimizer state by parameter name, schedulers, loss scaler, every rank's RNG and each
+        dataloader's position; a collective, call it on every rank. Any strategy and world size
+        can load_state it."""
+        writer = CheckpointWriter(Path(directory), self.process_index, self.num_processes)
         # Before the plain barrier below, which would hang where a strategy that can detect a
         # call on some ranks only (DeepSpeed) raises CollectiveMisuseError instead.
         self._strategy.check_every_rank_arrives("accelerator.save_state(dir)")
+        writer.begin()
         self.wait_for_everyone()
-        extra = {"dataloader_epochs": [d.epoch for d in self._dataloaders]}
-        self._strategy.save_state(path, self._models, [o.optimizer for o in self._optimizers],
-                                  [s.scheduler for s in self._schedulers], extra)
-        checkpointing.save_rng_state(path, self.process_index)
+        self._strategy.save_state(writer, self._models, [o.optimizer for o in self._optimizers],
+                                  [s.scheduler for s in self._schedulers])
+        writer.progress([d.progress() for d in self._dataloaders])
+        writer.rng()
         self.wait_for_everyone()
+        problem: str | None = None
+        try:
+            writer.finish({"strategy": self._strategy.registered_name,
+                           "mixed_precision": self.mixed_precision, "device": self.device.type},
+                          {"models": len(self._models), "optimizers": len(self._optimizers),
+                           "schedulers": len(self._schedulers), "dataloaders": len(self._dataloaders)})
+        except CheckpointError as exc:  # e.g. a rank's files missing: every rank must hear of it, not hang
+            problem = str(exc)
+        problem = ops.broadcast_object(problem)
+        if problem is not None:
+            raise CheckpointError(problem)
 
-    def load_state(self, directory: str | Path) -> None:
-        path = Path(directory)
-        extra = self._strategy.load_state(path, self._models, [o.optimizer for o in self._optimizers],
-                                          [s.scheduler for s in self._schedulers])
-        for loader, epoch in zip(self._dataloaders, extra.get("dataloader_epochs", []), strict=False):
-            loader.set_epoch(epoch)
-        checkpointing.load_rng_state(path, self.process_index)
+    def load_state(self, directory: str | Path, allow_precision_change: bool = False) -> None:
+        """Restore a save_state checkpoint written by any strategy at any world size (a
+        collective). Dataloaders get their epoch back; a loop resuming mid-epoch continues with
+        `skip_first_batches(dataloader)`. Refuses, with the reason, a checkpoint that is
+        incomplete, newer, of another model or of another mixed precision (unless
+        `allow_precision_change`)."""
+        reader = CheckpointReader(Path(directory))
+        reader.check_counts(models=len(self._models), optimizers=len(self._optimizers),
+                            schedulers=len(self._schedulers), dataloaders=len(self._dataloaders))
+        reader.check_precision(self.mixed_precision, allow_precision_change)
+        # Dataloaders first: a position this run cannot resume at is refused before any weight changes.
+        for index, (loader, entry) in enumerate(zip(self._dataloaders, reader.progress(), strict=True)):
+            loader.restore(entry, index)
+        self._strategy.check_every_rank_arrives("accelerator.load_state(dir)")
+        self._strategy.load_state(reader, self._models, [o.optimizer for o in self._optimizers],
+                                  [s.scheduler for s in self._schedulers])
+        reader.restore_rng(self.process_index)
 
     def free_memory(self) -> None:
         """Release the backend's objects so the next Accelerator in this process starts clean

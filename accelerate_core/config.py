@@ -16,8 +16,11 @@ Version history: 1 is the first format. Null for backend, cpu, mixed_precision,
 gradient_accumulation_steps and the DeepSpeed offload/emulation keys came later within version
 1: it only widens what is accepted, and every value an older file holds reads as before ("no" is
 still fp32), so the version did not change (an older accelerate-core refuses such a null with a
-clear message rather than misreading it). A file without `version`, or with a version this code
-does not know, is explained and refused, never read as if it were the current format.
+clear message rather than misreading it). `sync_batchnorm` (null: the script decides, else
+off) was added the same way; every file this version writes holds it, and an older
+accelerate-core refuses such a file as having an unknown key, listing the keys it knows.
+A file without `version`, or with a version this code does not know, is explained and
+refused, never read as if it were the current format.
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ class LaunchConfig:
     gradient_clipping: float | None = None
     # DeepSpeed fp16 on a CPU without native fp16 (labelled); None: the DeepSpeedPlugin's value.
     cpu_fp16_emulation: bool | None = None
+    # BatchNorm statistics synchronised over the processes; None: the script's
+    # Accelerator(sync_batchnorm=...) decides (else off).
+    sync_batchnorm: bool | None = None
 
     @property
     def processes_per_machine(self) -> int:
@@ -86,6 +92,7 @@ class LaunchConfig:
             "offload_optimizer_device": self.offload_optimizer_device if ds else None,
             "offload_param_device": self.offload_param_device if ds else None,
             "cpu_fp16_emulation": self.cpu_fp16_emulation if ds else None,
+            "sync_batchnorm": self.sync_batchnorm,
         }
         if only is not None:
             values = {k: (v if k in only else None) for k, v in values.items()}
@@ -108,12 +115,14 @@ _RULES: dict[str, tuple[type, tuple[Any, ...] | None, str]] = {
     "gradient_accumulation_steps": (int, None, "a whole number >= 1"),
     "gradient_clipping": (float, None, "a number > 0"),
     "cpu_fp16_emulation": (bool, None, "true or false"),
+    "sync_batchnorm": (bool, None, "true or false"),
 }
 # Keys that may be null. For the settings a script can pass to Accelerator(...), null means
 # "unset: the script decides"; for the others, see the comments on LaunchConfig.
 _NULLABLE = {"main_process_ip", "main_process_port", "zero_stage", "gradient_clipping",
              "mixed_precision", "gradient_accumulation_steps", "cpu", "backend",
-             "offload_optimizer_device", "offload_param_device", "cpu_fp16_emulation"}
+             "offload_optimizer_device", "offload_param_device", "cpu_fp16_emulation",
+             "sync_batchnorm"}
 _MINIMUM = {"num_processes": 1, "num_machines": 1, "machine_rank": 0, "main_process_port": 1,
             "gradient_accumulation_steps": 1}
 FIELD_NAMES = tuple(f.name for f in fields(LaunchConfig))

@@ -36,6 +36,8 @@ class Resolved:
     cpu: bool
     gradient_accumulation_steps: int
     deepspeed_plugin: DeepSpeedPlugin | None
+    # Synchronised BatchNorm statistics on multi-process runs (a no-op on one process).
+    sync_batchnorm: bool = False
 
 
 def _conflict(given: str, setting: str, launch: LaunchSettings, wanted: object, keep: str
@@ -163,6 +165,18 @@ def resolve_cpu(cpu: bool | None, launch: LaunchSettings) -> bool:
     return bool(cpu) if cpu is not None else bool(launch.cpu)
 
 
+def resolve_sync_batchnorm(value: bool | None, launch: LaunchSettings) -> bool:
+    if value is not None and not isinstance(value, bool):
+        raise InvalidSettingError(
+            explain(f"sync_batchnorm={value!r}", "sync_batchnorm is a switch", "True, False",
+                    "pass sync_batchnorm=True or leave it out")
+        )
+    if value is not None and launch.sync_batchnorm is not None and value != launch.sync_batchnorm:
+        raise _conflict(f"Accelerator(sync_batchnorm={value!r})", "sync_batchnorm", launch, value,
+                        "drop sync_batchnorm from the script's Accelerator(...)")
+    return value if value is not None else bool(launch.sync_batchnorm)
+
+
 def resolve_backend(plugin: DeepSpeedPlugin | None, launch: LaunchSettings, world_size: int) -> str:
     if plugin is not None and not isinstance(plugin, DeepSpeedPlugin):
         raise InvalidSettingError(
@@ -232,6 +246,7 @@ def connect(
     cpu: bool | None,
     gradient_accumulation_steps: int | None,
     deepspeed_plugin: DeepSpeedPlugin | None,
+    sync_batchnorm: bool | None = None,
     launch: LaunchSettings | None = None,
     process: ProcessState | None = None,
 ) -> tuple[Resolved, ProcessState, Strategy]:
@@ -240,6 +255,7 @@ def connect(
     precision_name = resolve_mixed_precision(fp16, mixed_precision, launch)
     gas = resolve_gradient_accumulation(gradient_accumulation_steps, launch)
     use_cpu = resolve_cpu(cpu, launch)
+    sync_bn = resolve_sync_batchnorm(sync_batchnorm, launch)
     process = ProcessState.from_environ(cpu=use_cpu) if process is None else process
     backend = resolve_backend(deepspeed_plugin, launch, process.world_size)
     plugin: DeepSpeedPlugin | None = None
@@ -261,5 +277,6 @@ def connect(
         name = backend
         strategy_cls = load_strategy_class(name)
         strategy = strategy_cls(process, build_precision(backend, precision_name, process))
-    resolved = Resolved(backend, name, precision_name, use_cpu, gas, plugin)
+    strategy.sync_batchnorm = sync_bn
+    resolved = Resolved(backend, name, precision_name, use_cpu, gas, plugin, sync_bn)
     return resolved, process, strategy

@@ -57,6 +57,8 @@ class LaunchSettings:
     offload_param_device: str | None = None
     # Opt-in to DeepSpeed fp16 on a CPU without native fp16 (an emulation, labelled as such).
     cpu_fp16_emulation: bool | None = None
+    # Synchronised BatchNorm statistics over the processes (Accelerator(sync_batchnorm=...)).
+    sync_batchnorm: bool | None = None
     # Where the launcher took each set value from (not a setting: left out of ==).
     sources: Mapping[str, SettingSource] = field(default_factory=dict, compare=False, repr=False)
 
@@ -112,6 +114,7 @@ class LaunchSettings:
             offload_optimizer_device=_choice(raw, "offload_optimizer_device", OFFLOAD_DEVICES),
             offload_param_device=_choice(raw, "offload_param_device", OFFLOAD_DEVICES),
             cpu_fp16_emulation=_flag(raw, "cpu_fp16_emulation"),
+            sync_batchnorm=_flag(raw, "sync_batchnorm"),
             sources=_sources(env.get(SOURCES_VARIABLE), raw),
         )
 

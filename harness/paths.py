@@ -1,4 +1,5 @@
-"""Where the repository's own matrix and goldens live (the defaults; `--matrix` overrides)."""
+"""Where the repository's own matrix and goldens live (the defaults; `--matrix` overrides), and
+where the goldens of any other matrix file live: in `golden/` beside it."""
 
 from __future__ import annotations
 
@@ -7,3 +8,17 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MATRIX_PATH = REPO_ROOT / "matrix" / "matrix.toml"
 GOLDEN_DIR = REPO_ROOT / "matrix" / "golden"
+GOLDEN_FOLDER_NAME = "golden"
+
+
+def golden_dir_for(matrix_path: str | Path | None) -> Path | None:
+    """The goldens of the matrix at `matrix_path`: `<its folder>/golden/`. None for the
+    repository's own matrix (and no path): the harness's `GOLDEN_DIR`, looked up when used."""
+    if matrix_path is None:
+        return None
+    path = Path(matrix_path).resolve()
+    return None if path == MATRIX_PATH.resolve() else path.parent / GOLDEN_FOLDER_NAME
+
+
+def is_default_matrix(matrix_path: str | Path | None) -> bool:
+    return golden_dir_for(matrix_path) is None

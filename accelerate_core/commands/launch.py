@@ -75,6 +75,9 @@ _BOOL_FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--cpu", "cpu", "Run on CPU even when CUDA devices are present (gloo backend)."),
     ("--cpu-fp16-emulation", "cpu_fp16_emulation",
      "DeepSpeed fp16 on a CPU without native fp16, through DeepSpeed's set_accelerator (an emulation)."),
+    ("--sync-batchnorm", "sync_batchnorm",
+     "Synchronise BatchNorm statistics over the processes (Accelerator(sync_batchnorm=True)), so N "
+     "processes normalise like one process on the whole batch."),
 )
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from accelerate_core.checkpoint import CheckpointReader, CheckpointWriter
     from accelerate_core.precision.base import Precision
     from accelerate_core.state import ProcessState
 
@@ -29,6 +29,9 @@ class Strategy(ABC):
     def __init__(self, process: ProcessState, precision: Precision) -> None:
         self.process = process
         self.precision = precision
+        # Accelerator(sync_batchnorm=True), set by the connector: multi-process strategies turn
+        # BatchNorm layers into synchronised ones when they prepare a model (sync_batchnorm.py).
+        self.sync_batchnorm = False
 
     @property
     @abstractmethod
@@ -105,14 +108,17 @@ class Strategy(ABC):
         backends that cannot detect it; DeepSpeed's strategy checks with a timeout."""
 
     @abstractmethod
-    def save_state(self, directory: Path, models: Sequence[nn.Module], optimizers: Sequence[Any],
-                   schedulers: Sequence[Any], extra: dict[str, Any]) -> None:
-        """Write a checkpoint of everything needed to resume into `directory` (a collective)."""
+    def save_state(self, writer: CheckpointWriter, models: Sequence[nn.Module], optimizers: Sequence[Any],
+                   schedulers: Sequence[Any]) -> None:
+        """Write the models (full fp32), optimizers (state per parameter name), schedulers and
+        the precision's loss scaler through `writer`, in the backend-neutral format of
+        docs/checkpoint-format.md (a collective: every rank calls it)."""
 
     @abstractmethod
-    def load_state(self, directory: Path, models: Sequence[nn.Module], optimizers: Sequence[Any],
-                   schedulers: Sequence[Any]) -> dict[str, Any]:
-        """Restore what save_state wrote; return its `extra` dict (a collective)."""
+    def load_state(self, reader: CheckpointReader, models: Sequence[nn.Module], optimizers: Sequence[Any],
+                   schedulers: Sequence[Any]) -> None:
+        """Restore what any strategy's save_state wrote, at any world size, re-partitioning as
+        this backend needs (a collective)."""
 
     def teardown(self) -> None:  # noqa: B027 - optional hook
         """Release backend objects (engines, hooks) so a new Accelerator can start in the same

@@ -15,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from accelerate_core.precision.base import unwrap_forward
 from accelerate_core.strategies.single_device import SingleDeviceStrategy
+from accelerate_core.sync_batchnorm import convert_sync_batchnorm
 
 
 class DDPStrategy(SingleDeviceStrategy):
@@ -32,6 +33,9 @@ class DDPStrategy(SingleDeviceStrategy):
         self.process.init_process_group(self.process_group_backend)
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
+        if self.sync_batchnorm and self.process.world_size > 1:
+            # Global batch statistics; the layers keep their parameter objects (sync_batchnorm.py).
+            model = convert_sync_batchnorm(model)
         # DDP refuses a module with nothing to train; such a model needs no gradient sync.
         if not any(p.requires_grad for p in model.parameters()):
             return model

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -23,6 +22,7 @@ from accelerate_core.errors import ConflictingSettingsError, UnsupportedObjectEr
 from accelerate_core.imports import require_deepspeed
 from accelerate_core.precision.base import unwrap_forward
 from accelerate_core.precision.deepspeed import DeepSpeedPrecision
+from accelerate_core.strategies import deepspeed_checkpoint as ds_checkpoint
 from accelerate_core.strategies import deepspeed_state as ds_state
 from accelerate_core.strategies.base import Strategy
 from accelerate_core.strategies.deepspeed_accel import (
@@ -30,12 +30,19 @@ from accelerate_core.strategies.deepspeed_accel import (
     prepare_accelerator_choice,
     select_accelerator,
 )
-from accelerate_core.strategies.deepspeed_compat import restore_functional_linear, zero_dim_safe_initialize
+from accelerate_core.strategies.deepspeed_batchnorm import batchnorm_in_fp32
+from accelerate_core.strategies.deepspeed_compat import (
+    restore_functional_linear,
+    zero3_hooks_miss_dataclass_outputs,
+    zero_dim_safe_initialize,
+)
 from accelerate_core.strategies.deepspeed_config import CoreValues, build_config
 from accelerate_core.strategies.deepspeed_noise import known_lines_once, show_known_warnings_once
 from accelerate_core.strategies.deepspeed_outputs import expose_dataclass_outputs
+from accelerate_core.sync_batchnorm import convert_sync_batchnorm
 
 if TYPE_CHECKING:
+    from accelerate_core.checkpoint import CheckpointReader, CheckpointWriter
     from accelerate_core.state import ProcessState
 
 
@@ -73,7 +80,9 @@ class DeepSpeedStrategy(Strategy):
         self._monitor: Any = None
         self._input_hook: Any = None
         self._output_hooks: list[Any] = []
+        self._batchnorm_hooks: list[Any] = []
         self._clip_for_next_step = False
+        self._group_names: list[list[str]] = []
 
     # -- environment ------------------------------------------------------------------------
     @property
@@ -173,6 +182,12 @@ class DeepSpeedStrategy(Strategy):
         import deepspeed
 
         model = models[0].to(self.root_device)
+        # Group membership by name, before the engine swaps the groups' parameters for partitions.
+        self._group_names = ds_checkpoint.group_names(model, optimizers[0] if optimizers else None)
+        if self.sync_batchnorm and dist.get_world_size() > 1:
+            # Before the engine exists: it flattens and partitions the parameters it is given
+            # (the converted layers hold the same parameter objects, so the optimizer is intact).
+            model = convert_sync_batchnorm(model)
         # The user's scheduler is NOT handed to the engine: the user's loop steps it itself
         # (skipping overflowed steps), and the engine would step it a second time.
         with zero_dim_safe_initialize(model):  # DeepSpeed's start-up broadcast and 0-dim params
@@ -185,10 +200,13 @@ class DeepSpeedStrategy(Strategy):
             )
         self.engine = engine
         self.precision.attach(engine)
-        if self.zero_stage == 3:
-            # ZeRO-3 cannot see into dataclass outputs when it hooks backward (deepspeed_outputs).
+        if self.zero_stage == 3 and zero3_hooks_miss_dataclass_outputs():
+            # ZeRO-3 cannot see into dataclass outputs when it hooks backward (deepspeed_outputs);
+            # asked of the installed release, so this stays off where a release fixed it.
             self._output_hooks = expose_dataclass_outputs(engine.module)
         if self.precision.is_half:
+            # Half weights with fp32 running statistics: BatchNorm as under torch.autocast.
+            self._batchnorm_hooks = batchnorm_in_fp32(engine.module)
             # fp32 batches from an ordinary dataloader meet a half-precision model.
             self._input_hook = engine.module.register_forward_pre_hook(self._cast_inputs, with_kwargs=True)
             # fp32 buffers meet half activations as under torch.autocast (precision/deepspeed.py).
@@ -267,29 +285,39 @@ class DeepSpeedStrategy(Strategy):
         if self._monitor is not None:
             ds_state.check_every_rank_arrives(what, self._monitor, self.plugin.collective_timeout_s)
 
-    def save_state(self, directory: Path, models: Sequence[nn.Module], optimizers: Sequence[Any],
-                   schedulers: Sequence[Any], extra: dict[str, Any]) -> None:
+    def save_state(self, writer: CheckpointWriter, models: Sequence[nn.Module], optimizers: Sequence[Any],
+                   schedulers: Sequence[Any]) -> None:
+        """The neutral checkpoint: every rank gathers full values (collectives), the main
+        process writes them."""
         engine = self._engine("save_state")
         self.check_every_rank_arrives("accelerator.save_state(dir)")  # also when called directly
-        client_state = {"extra": extra, "schedulers": [s.state_dict() for s in schedulers]}
-        ds_state.save_checkpoint(engine, Path(directory), client_state)
+        writer.model(0, ds_state.consolidated_state_dict(engine))
+        if optimizers:
+            writer.optimizer(0, ds_checkpoint.export_optimizer(engine, self._group_names, "optimizer 0"))
+        for i, scheduler in enumerate(schedulers):
+            writer.scheduler(i, scheduler)
+        writer.precision(self.precision.mixed_precision, ds_checkpoint.loss_scaler_state(engine))
 
-    def load_state(self, directory: Path, models: Sequence[nn.Module], optimizers: Sequence[Any],
-                   schedulers: Sequence[Any]) -> dict[str, Any]:
+    def load_state(self, reader: CheckpointReader, models: Sequence[nn.Module], optimizers: Sequence[Any],
+                   schedulers: Sequence[Any]) -> None:
+        """Any strategy's checkpoint, scattered into this engine's partitions."""
         engine = self._engine("load_state")
-        ds_state.check_every_rank_arrives("accelerator.load_state(dir)", self._monitor,
-                                          self.plugin.collective_timeout_s)
-        client_state = ds_state.load_checkpoint(engine, Path(directory))
-        ds_state.restore_schedulers(schedulers, client_state.get("schedulers", []))
-        return dict(client_state.get("extra", {}))
+        self.check_every_rank_arrives("accelerator.load_state(dir)")
+        ds_checkpoint.import_model(engine, reader.model(0, ds_checkpoint.full_shapes(engine.module)))
+        if optimizers:
+            ds_checkpoint.import_optimizer(engine, self._group_names, reader.optimizer(0), "optimizer 0")
+        for i, scheduler in enumerate(schedulers):
+            scheduler.load_state_dict(reader.scheduler(i))
+        ds_checkpoint.load_loss_scaler(engine, reader.precision().get("loss_scaler"))
 
     def teardown(self) -> None:
         if self._input_hook is not None:
             self._input_hook.remove()
             self._input_hook = None
-        for handle in self._output_hooks:
+        for handle in [*self._output_hooks, *self._batchnorm_hooks]:
             handle.remove()
         self._output_hooks = []
+        self._batchnorm_hooks = []
         if self.engine is not None:
             unwrap_forward(self.engine)
             self.engine.destroy()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -65,10 +66,66 @@ def _zero3_init_with_zero_dim_views(original: Callable[[Any, Any], None]) -> Cal
     return zero_init_param
 
 
+# Each patch applies only where its gate finds the behaviour it fixes in the installed release
+# (and stays off where a release fixed it); the version sweep checks every gate against the
+# behaviour's DeepSpeed-alone reproduction (harness/versions/behaviours.py, docs/versions.md).
+_VIEWS_AS_BYTES = ".data.view(torch.uint8)"  # torch refuses this view for a 0-dim tensor
+
+
+def _source_has(method: Callable[..., Any], *needles: str) -> bool:
+    try:
+        source = inspect.getsource(method)
+    except (OSError, TypeError):  # no source to read (a compiled install): keep the patch
+        return True
+    return all(needle in source for needle in needles)
+
+
+def _broadcast_views_parameters_as_bytes(method: Callable[..., Any]) -> bool:
+    """The 0-dim start-up broadcast behaviour: the engine broadcasts each `p.data.view(uint8)`."""
+    return _source_has(method, _VIEWS_AS_BYTES)
+
+
+def _zero3_init_is_the_copied_body(method: Callable[..., Any]) -> bool:
+    """The ZeRO-3 patch re-implements Init._zero_init_param's three steps: only valid where the
+    release's body is those steps (convert, broadcast the byte view, partition)."""
+    return _source_has(method, "_convert_to_deepspeed_param(param)", _VIEWS_AS_BYTES, "param.partition()")
+
+
+def zero_dim_reconciliation_applies() -> bool:
+    """Whether zero_dim_safe_initialize patches anything with the installed DeepSpeed."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    method = DeepSpeedEngine.__dict__.get("_broadcast_model")
+    return method is not None and _broadcast_views_parameters_as_bytes(method)
+
+
+def zero3_hooks_miss_dataclass_outputs() -> bool:
+    """Whether ZeRO-3's backward hooks skip the tensors inside a dataclass output (the walk they
+    use, apply_to_tensors_only, looks into tuples, lists and dicts only): asked of the installed
+    DeepSpeed directly, so the output reconciliation stays off in a release that looks inside."""
+    import dataclasses
+
+    from deepspeed.runtime.zero.utils import apply_to_tensors_only
+
+    @dataclasses.dataclass
+    class _Output:
+        loss: torch.Tensor
+
+    seen: list[torch.Tensor] = []
+
+    def touch(tensor: torch.Tensor) -> torch.Tensor:
+        seen.append(tensor)
+        return tensor
+
+    apply_to_tensors_only(touch, _Output(torch.zeros(1)))
+    return not seen
+
+
 @contextlib.contextmanager
-def _patched(owner: type, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+def _patched(owner: type, name: str, wrap: Callable[[Any], Any],
+             present: Callable[[Callable[..., Any]], bool]) -> Iterator[None]:
     original = owner.__dict__.get(name)
-    if original is None:  # another DeepSpeed version: leave it alone, its behaviour shows
+    if original is None or not present(original):  # another release: its own behaviour shows
         yield
         return
     setattr(owner, name, wrap(original))
@@ -88,8 +145,10 @@ def zero_dim_safe_initialize(model: nn.Module) -> Iterator[None]:
     from deepspeed.runtime.engine import DeepSpeedEngine
     from deepspeed.runtime.zero.partition_parameters import Init
 
-    with _LOCK, _patched(DeepSpeedEngine, "_broadcast_model", _broadcast_with_zero_dim_views), \
-            _patched(Init, "_zero_init_param", _zero3_init_with_zero_dim_views):
+    with _LOCK, _patched(DeepSpeedEngine, "_broadcast_model", _broadcast_with_zero_dim_views,
+                         _broadcast_views_parameters_as_bytes), \
+            _patched(Init, "_zero_init_param", _zero3_init_with_zero_dim_views,
+                     _zero3_init_is_the_copied_body):
         yield
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from accelerate_core.checkpoint import CheckpointReader, CheckpointWriter
 from accelerate_core.precision.base import unwrap_forward
 from accelerate_core.strategies import torch_checkpoint
 from accelerate_core.strategies.base import Strategy
@@ -74,19 +74,16 @@ class SingleDeviceStrategy(Strategy):
         state = self.unwrap_model(model).state_dict()
         return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
-    def save_state(self, directory: Path, models: Sequence[nn.Module], optimizers: Sequence[Any],
-                   schedulers: Sequence[Any], extra: dict[str, Any]) -> None:
-        torch_checkpoint.save(
-            directory, self.process, [self.get_state_dict(m) for m in models], optimizers, schedulers,
-            self.precision.state_dict(), extra,
-        )
+    def save_state(self, writer: CheckpointWriter, models: Sequence[nn.Module], optimizers: Sequence[Any],
+                   schedulers: Sequence[Any]) -> None:
+        states = [self.get_state_dict(m) for m in models] if writer.is_main else [{} for _ in models]
+        torch_checkpoint.save(writer, states, [self.unwrap_model(m) for m in models], optimizers,
+                              schedulers, self.precision)
 
-    def load_state(self, directory: Path, models: Sequence[nn.Module], optimizers: Sequence[Any],
-                   schedulers: Sequence[Any]) -> dict[str, Any]:
-        return torch_checkpoint.load(
-            directory, self.root_device, [self.unwrap_model(m) for m in models], optimizers,
-            schedulers, self.precision,
-        )
+    def load_state(self, reader: CheckpointReader, models: Sequence[nn.Module], optimizers: Sequence[Any],
+                   schedulers: Sequence[Any]) -> None:
+        torch_checkpoint.load(reader, [self.unwrap_model(m) for m in models], optimizers, schedulers,
+                              self.precision)
 
     def teardown(self) -> None:
         for model in self._models:

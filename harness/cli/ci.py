@@ -9,6 +9,12 @@ deepspeed CPU job waits for the nodeepspeed one and compares its non-DeepSpeed r
 that job's (`--compare-records`): the cross-environment check. A final job, `merge`, waits for
 every CPU job, downloads their reports and writes one merged report with
 `python -m harness report merge` (one grid, the cross-environment comparison, one verdict).
+
+The dependency-version sweep (environments with `sweep = true`, docs/versions.md) is not part of
+a push or pull request: its jobs run on a schedule (SWEEP_CRON) and by hand (workflow_dispatch),
+each `nox -s "versions(NAME)"` in its own runner, those with `compare_with` after that
+environment's job (its records are the baseline); a last job merges their reports (the version
+table, the behaviour x version table, the record changes).
 """
 
 from __future__ import annotations
@@ -33,6 +39,12 @@ HEADER = (
 CROSS_CHECK = {"deepspeed": "nodeepspeed"}
 MERGE_JOB = "merge"  # the final job: one report of every CPU environment
 MERGED_DIR = "reports/merged"
+SWEEP_CRON = "17 3 * * 1"  # the version sweep: Mondays 03:17 UTC (and workflow_dispatch)
+SWEEP_MERGE_JOB = "versions-merge"
+SWEEP_DIR = "reports/versions"  # noxfile.py's `versions` session writes reports/versions/<env>
+SWEEP_ONLY = "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'"
+# The CPU wheel for every pip install of the sweep (nox installs torch itself, pinned).
+SWEEP_PIP_ENV = {"PIP_INDEX_URL": CPU_INDEX, "PIP_EXTRA_INDEX_URL": "https://pypi.org/simple"}
 
 
 def job_id(env: Environment) -> str:
@@ -68,7 +80,8 @@ def _setup_steps() -> list[dict[str, Any]]:
 def _merge_job(environments: dict[str, Environment]) -> dict[str, Any] | None:
     """The final job: the CPU jobs' report artifacts merged into one report (`report-merged`).
     Environments without deepspeed come first: their records are the baseline of the comparison."""
-    cpu = sorted((env for env in environments.values() if env.device == "cpu"), key=lambda env: env.deepspeed)
+    cpu = sorted((env for env in environments.values() if env.device == "cpu" and not env.sweep),
+                 key=lambda env: env.deepspeed)
     if not cpu:
         return None
     dirs = [f"reports/{env.name}" for env in cpu]
@@ -181,18 +194,77 @@ def _job(env: Environment, environments: dict[str, Environment]) -> dict[str, An
     return job
 
 
+def _sweep_job(env: Environment, environments: dict[str, Environment]) -> dict[str, Any]:
+    """One environment of the version sweep: its nox session (pins, op build, probe, cells)."""
+    report_dir = f"{SWEEP_DIR}/{env.name}"
+    steps = _setup_steps()
+    steps.append({"name": "Install nox", "run": "python -m pip install nox\n"})
+    job: dict[str, Any] = {"name": f"versions: {env.description or env.name}", "runs-on": list(env.runs_on),
+                           "if": SWEEP_ONLY}
+    baseline = environments.get(env.compare_with)
+    if baseline is not None:
+        # After the baseline's job: its records are what this environment's numbers are compared with.
+        job["needs"] = [job_id(baseline)]
+        job["if"] = "${{ !cancelled() && (" + SWEEP_ONLY + ") }}"
+        steps.append({"name": f"Records of {baseline.name}", "uses": "actions/download-artifact@v4",
+                      "continue-on-error": True,
+                      "with": {"name": f"report-{baseline.name}", "path": f"{SWEEP_DIR}/{baseline.name}"}})
+    steps.append({"name": "Sweep", "env": dict(SWEEP_PIP_ENV), "run": f'nox -s "versions({env.name})"\n'})
+    steps.append({"name": "Step summary", "if": "always()",
+                  "run": f'cat {report_dir}/report.md >> "$GITHUB_STEP_SUMMARY" || true\n'})
+    steps.append({"name": "Upload report", "if": "always()", "uses": "actions/upload-artifact@v4",
+                  "with": {"name": f"report-{env.name}", "path": report_dir, "if-no-files-found": "warn"}})
+    job["timeout-minutes"] = 90
+    job["steps"] = steps
+    return job
+
+
+def _sweep_merge_job(sweep: list[Environment]) -> dict[str, Any]:
+    """The sweep's reports as one: the version table, behaviour x version, the record changes."""
+    installer = Environment(name=SWEEP_MERGE_JOB, description="", deepspeed=False, device="cpu",
+                            extras=("test",))
+    steps = _setup_steps()
+    steps.append({"name": "Install (torch first, pinned)", "run": _install(installer)})
+    for env in sweep:
+        steps.append({"name": f"Report of {env.name}", "uses": "actions/download-artifact@v4",
+                      "continue-on-error": True,
+                      "with": {"name": f"report-{env.name}", "path": f"{SWEEP_DIR}/{env.name}"}})
+    dirs = " ".join(f"{SWEEP_DIR}/{env.name}" for env in sweep)
+    out = f"{SWEEP_DIR}/merged"
+    steps += [
+        {"name": "Merge", "run": f"python -m harness report merge {dirs} --out {out}\n"},
+        {"name": "Step summary", "if": "always()",
+         "run": f'cat {out}/report.md >> "$GITHUB_STEP_SUMMARY" || true\n'},
+        {"name": "Upload merged report", "if": "always()", "uses": "actions/upload-artifact@v4",
+         "with": {"name": "report-versions-merged", "path": out, "if-no-files-found": "warn"}},
+    ]
+    return {"name": "Version sweep report (" + ", ".join(env.name for env in sweep) + ")",
+            "runs-on": ["ubuntu-latest"], "needs": [job_id(env) for env in sweep],
+            "if": "${{ !cancelled() && (" + SWEEP_ONLY + ") }}", "timeout-minutes": 20, "steps": steps}
+
+
 def workflow(matrix_path: str | Path | None = None) -> dict[str, Any]:
     """The workflow as data (what the YAML text parses back to)."""
     matrix = load_matrix(matrix_path)
     envs = matrix.environments
-    jobs = {job_id(env): _job(env, envs) for env in envs.values()}
-    merge = _merge_job(envs)
+    regular = {name: env for name, env in envs.items() if not env.sweep}
+    sweep = [env for env in envs.values() if env.sweep]
+    jobs = {job_id(env): _job(env, regular) for env in regular.values()}
+    merge = _merge_job(regular)
     if merge is not None:
         jobs[MERGE_JOB] = merge
+    jobs.update({job_id(env): _sweep_job(env, envs) for env in sweep})
+    if sweep:
+        jobs[SWEEP_MERGE_JOB] = _sweep_merge_job(sweep)
+    triggers: dict[str, Any] = {"push": {"branches": ["main"]}, "pull_request": {}, "workflow_dispatch": {}}
+    if sweep:
+        triggers["schedule"] = [{"cron": SWEEP_CRON}]
     return {
         "name": "matrix",
-        "on": {"push": {"branches": ["main"]}, "pull_request": {}, "workflow_dispatch": {}},
-        "concurrency": {"group": "matrix-${{ github.ref }}", "cancel-in-progress": True},
+        "on": triggers,
+        # By event too: a push to main must not cancel the scheduled sweep running on main.
+        "concurrency": {"group": "matrix-${{ github.ref }}-${{ github.event_name }}",
+                        "cancel-in-progress": True},
         "permissions": {"contents": "read"},
         "jobs": jobs,
     }

@@ -1,4 +1,4 @@
-"""`python -m harness list|run|golden|ci|report merge`.
+"""`python -m harness list|run|golden|ci|report merge|init|script`.
 
 Exit codes: 0 nothing failed unexpectedly; 1 a cell failed (failed, xpassed, error, timeout,
 crashed), goldens/workflows differ, or merged environments' records differ; 2 bad input (the
@@ -58,15 +58,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--compare-records",
         type=Path,
         metavar="DIR",
-        help="another environment's report dir: non-DeepSpeed records must be identical",
+        help="another environment's report dir: non-DeepSpeed records must be identical (same torch); "
+        "every cell's numbers are classed bit-identical / within tolerance / diverged against it",
     )
     run.add_argument("--no-emulation", action="store_true", help="skip fp16 DeepSpeed CPU cells")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    golden = sub.add_parser("golden", help="check (default) or update the golden baselines")
-    golden.add_argument("--update", action="store_true")
-    golden.add_argument("--check", action="store_true")
-    golden.add_argument("--task", action="append", default=None)
-    golden.add_argument("--precision", action="append", default=None)
+    from harness.cli import golden as golden_cli
+    from harness.cli import init as init_cli
+    from harness.cli import script as script_cli
+
+    golden = sub.add_parser("golden", help="check (default), update or show the golden baselines")
+    golden_cli.add_arguments(golden)
+    init_cli.add_arguments(sub.add_parser(
+        "init", help="write a starter matrix.toml and task package into DIR"))
+    script_cli.add_arguments(sub.add_parser(
+        "script", help="run your own training script on every selected backend and compare it with its "
+        "reference cell"))
     ci = sub.add_parser("ci", help="write .github/workflows from matrix.toml")
     ci.add_argument("--check", action="store_true", help="exit 1 when committed files differ")
     ci.add_argument("--matrix", type=Path, default=None)
@@ -74,6 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="work on report dirs: `report merge DIR... --out DIR`")
     add_arguments(report)
+    from harness.cli import versions as versions_cli
+
+    versions_cli.add_arguments(sub.add_parser("versions", help="the version sweep: `versions probe|table`"))
+    from harness.cli import sensitivity as sensitivity_cli
+
+    sensitivity_cli.add_arguments(sub.add_parser(
+        "sensitivity",
+        help="the harness's detection rate: run the bug catalog against patched copies of the core"))
     return parser
 
 
@@ -97,33 +112,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_golden(args: argparse.Namespace) -> int:
-    from harness.truth import golden
-
-    if args.update:
-        checks = golden.update_goldens(tasks=args.task, precisions=args.precision)
-    else:
-        checks = golden.check_goldens(tasks=args.task, precisions=args.precision)
-    for check in checks:
-        print(check.summary())
-        for line in check.differences:
-            print(f"    {line}")
-    if args.update:
-        rewritten = sum(check.rewritten for check in checks)
-        print(f"{rewritten} golden(s) rewritten, {len(checks) - rewritten} kept" if rewritten
-              else "goldens unchanged")
-        return EXIT_OK
-    failed = [check for check in checks if not check.passed]
-    if failed:
-        print(f"{len(failed)} of {len(checks)} golden(s) changed or missing. Fix: find out why they "
-              "moved; if the change is intended, `python -m harness golden --update "
-              + " ".join(f"--task {t}" for t in sorted({c.label.rsplit('-', 1)[0] for c in failed}))
-              + "` and review the diff")
-        return EXIT_FAILED
-    print(f"{len(checks)} golden(s) reproduce (bit-identical or within the regeneration tolerance)")
-    return EXIT_OK
-
-
 def cmd_ci(args: argparse.Namespace) -> int:
     from harness.cli import ci
 
@@ -141,10 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from accelerate_core.commands.pipes import quiet_when_the_reader_leaves
     from accelerate_core.errors import ConfigFileError, InvalidSettingError
+    from harness.cli.golden import cmd_golden
+    from harness.cli.init import cmd_init
     from harness.cli.report_merge import cmd_report
     from harness.cli.run import cmd_run
+    from harness.cli.script import cmd_script
+    from harness.cli.sensitivity import cmd_sensitivity
+    from harness.cli.versions import cmd_versions
 
-    commands = {"list": cmd_list, "run": cmd_run, "golden": cmd_golden, "ci": cmd_ci, "report": cmd_report}
+    commands = {"list": cmd_list, "run": cmd_run, "golden": cmd_golden, "ci": cmd_ci, "report": cmd_report,
+                "init": cmd_init, "script": cmd_script,
+                "versions": cmd_versions, "sensitivity": cmd_sensitivity}
     try:
         return quiet_when_the_reader_leaves(lambda: commands[args.command](args))
     except HarnessError as exc:  # every message says what, why, what is valid, the fix

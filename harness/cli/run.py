@@ -17,7 +17,7 @@ from accelerate_core.imports import is_deepspeed_available
 from harness.errors import UsageError, explain
 from harness.spec.cell import Cell
 from harness.spec.matrix import Matrix, load_matrix
-from harness.spec.selection import opt_in_requested, select
+from harness.spec.selection import opt_in_requested, resume_requested, select
 from harness.truth.outcome import CellResult, Status
 
 KEEP_ON_RESUME = (Status.PASSED, Status.SKIPPED, Status.XFAILED)
@@ -29,6 +29,7 @@ def selected_cells(args: argparse.Namespace) -> tuple[Matrix, list[Cell]]:
     matrix = load_matrix(args.matrix)
     candidates = list(matrix.cells)
     candidates += [cell for cell, word in matrix.opt_in_cells if opt_in_requested(args.keyword, word)]
+    candidates += matrix.resume_cells if resume_requested(args.keyword, args.markexpr) else []
     cells = select(candidates, args.keyword, args.markexpr)
     if not cells:
         given = " ".join(
@@ -74,6 +75,41 @@ def check_env_name(matrix: Matrix, name: str) -> None:
                 "name the environment you are in (or omit --env-name to detect it)",
             )
         )
+
+
+def check_env_pins(matrix: Matrix, name: str) -> None:
+    """A version-sweep environment pins torch / deepspeed: refuse to report under its name when
+    the installed releases are others (its report would be read as that release's)."""
+    from importlib import metadata
+
+    env = matrix.environments.get(name)
+    if env is None:
+        return
+    for package, pin in (("torch", env.torch_version), ("deepspeed", env.deepspeed_version)):
+        try:
+            installed = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            installed = "(not installed)"
+        if pin and installed.split("+")[0] != pin:
+            raise UsageError(explain(
+                f"--env-name {name!r}", f"that environment pins {package}=={pin}, but {package} {installed} "
+                "is installed here", f"the environment's own venv (pip install {package}=={pin})",
+                "run it through `nox -s versions` (its venv has the pins), or name the environment "
+                "you are in"))
+
+
+def _print_record_changes(results: list[CellResult]) -> None:
+    """--compare-records: how many cells' numbers moved against the other environment, and which."""
+    from harness.report.record_changes import record_changes_summary, summary_line
+
+    summary = record_changes_summary(results)
+    if summary is None:
+        return
+    print(summary_line(summary))
+    for entry in summary["changed"]:
+        if entry["change"] == "diverged":
+            print(f"  diverged  {entry['id']}: first at {entry['first_difference']} "
+                  f"(max abs diff {entry['max_abs_diff']:.3g})")
 
 
 REPORTS = Path("reports")
@@ -165,6 +201,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     matrix, cells = selected_cells(args)
     env_name = args.env_name or default_env_name()
     check_env_name(matrix, env_name)
+    check_env_pins(matrix, env_name)
     resume_dir = args.resume or (args.report_dir or latest_run() if args.last_failed else None)
     report_dir = args.report_dir or resume_dir or new_run_dir(env_name)
     if resume_dir is None:
@@ -213,10 +250,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     results = [by_id[c.id] for c in cells if c.id in by_id]
     if interrupted:
         environment["interrupted"] = f"by {interrupted}: {len(results)} of {len(cells)} cells finished"
+    from harness.run.runner import read_startup, startup_line
+
+    environment["startup"] = read_startup(report_dir)  # launches' start-up, outside cell clocks
     write_reports(results, environment, report_dir)
     if args.report_dir is None and resume_dir is None:
         point_latest_at(report_dir)
     print_summary(results)
+    if startup_line(environment["startup"]):
+        print(startup_line(environment["startup"]))
+    _print_record_changes(results)
     print(f"report: {report_dir / 'report.html'}")
     if interrupted:
         print(

@@ -1,18 +1,22 @@
 """Evidence of what ran, gathered on the rank from the objects themselves, never from the
 cell's request: the strategy object and world size, the DeepSpeed engine's ZeRO stage and how
-many parameters it really partitioned, the config in force, and the dtype the first Linear layer
-computed in. The judge (harness.truth.evidence) checks it against the cell before any number.
+many parameters it really partitioned, the config in force (as the engine parsed it, defaults
+included), the dtype the first Linear layer computed in and the dtype of the gradient that flowed
+back into it, and how gradients were reduced (harness.rank.collectives). The judge
+(harness.truth.evidence) checks it against the cell before any number.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+import accelerate_core
 from accelerate_core import Accelerator
 
 # The DeepSpeed config keys worth recording: what decides partitioning, precision, clipping.
@@ -21,25 +25,40 @@ _CONFIG_KEYS = ("zero_optimization", "fp16", "bf16", "gradient_clipping", "zero_
 
 @contextmanager
 def watching_activations(model: nn.Module, seen: dict[str, Any]) -> Iterator[None]:
-    """Record the dtype of the first Linear layer's output and weight in the first forward.
+    """Record the dtype of the first Linear layer's output and weight in the first forward, and
+    the dtype of the first gradient that flows back into a Linear layer's output (the first
+    Linear may be frozen, with no gradient to see).
 
     Linear is where autocast and DeepSpeed's half-precision casts act; a task without one (a
     scalar model) records nothing and is judged without this piece of evidence."""
-    linear = next((m for m in _modules(model) if isinstance(m, nn.Linear)), None)
-    if linear is None:
-        yield
-        return
+    linears = [m for m in _modules(model) if isinstance(m, nn.Linear)]
+    watched = {"gradient": False}
+
+    def gradient_seen(grad: torch.Tensor) -> None:
+        seen.setdefault("activation_grad_dtype", _name(grad.dtype))
 
     def hook(module: nn.Module, _inputs: Any, output: Any) -> None:
-        if "activation_dtype" not in seen and isinstance(output, torch.Tensor):
-            seen["activation_dtype"] = str(output.dtype).removeprefix("torch.")
-            seen["weight_dtype"] = str(module.weight.dtype).removeprefix("torch.")
+        if not isinstance(output, torch.Tensor):
+            return
+        if module is linears[0] and "activation_dtype" not in seen:
+            seen["activation_dtype"] = _name(output.dtype)
+            seen["weight_dtype"] = _name(module.weight.dtype)
+        if output.requires_grad and not watched["gradient"]:
+            # A tensor hook, not a module backward hook: it adds no autograd node of its own
+            # (DeepSpeed ZeRO-3 installs module hooks that a second layer could disturb).
+            output.register_hook(gradient_seen)
+            watched["gradient"] = True
 
-    handle = linear.register_forward_hook(hook)
+    handles = [linear.register_forward_hook(hook) for linear in linears]
     try:
         yield
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _modules(model: nn.Module) -> Iterator[nn.Module]:
@@ -55,6 +74,8 @@ def what_ran(accelerator: Accelerator) -> dict[str, Any]:
         "world_size": accelerator.num_processes,
         "device": accelerator.device.type,
         "emulated": strategy.emulated,
+        # Which copy of the core ran (`python -m harness sensitivity` runs patched copies).
+        "core_path": str(Path(accelerate_core.__file__).resolve().parent),
     }
     engine = getattr(strategy, "engine", None)  # only the DeepSpeed strategy has one
     if engine is not None:
@@ -75,10 +96,37 @@ def _deepspeed_evidence(engine: Any) -> dict[str, Any]:
         partitioned += int(sharded and param.data.numel() < full)
     config = engine.config if isinstance(getattr(engine, "config", None), dict) else {}
     return {
+        "in_force": _in_force(engine),
         "zero_stage": int(engine.zero_optimization_stage()),
         "parameters": len(parameters),
         "partitioned_parameters": partitioned,
         "full_elements": full_elements,
+        "trainable_elements": sum(int(getattr(p, "ds_numel", p.numel()))
+                                  for p in parameters if p.requires_grad),
         "local_elements": local_elements,
         "config": {k: config[k] for k in _CONFIG_KEYS if k in config},
     }
+
+
+def _in_force(engine: Any) -> dict[str, Any]:
+    """What the engine will actually do, read back from the engine after it parsed its config:
+    DeepSpeed fills in a default for every key the config left out, and a default (gradient
+    clipping, a loss-scale window, a persistence threshold) trains differently from the plain loop
+    just as much as a written value does."""
+    ds_config = getattr(engine, "_config", None)
+    zero = getattr(ds_config, "zero_config", None)
+    values: dict[str, Any] = {
+        "gradient_clipping": float(engine.gradient_clipping()),
+        "fp16_enabled": bool(engine.fp16_enabled()),
+        "bf16_enabled": bool(engine.bfloat16_enabled()),
+        "gradient_accumulation_steps": int(engine.gradient_accumulation_steps()),
+        "train_micro_batch_size_per_gpu": int(engine.train_micro_batch_size_per_gpu()),
+        "optimizer_clip_grad": float(getattr(engine.optimizer, "clip_grad", 0.0) or 0.0),
+    }
+    if zero is not None:
+        values["stage3_param_persistence_threshold"] = int(zero.param_persistence_threshold)
+        values["reduce_scatter"] = bool(zero.reduce_scatter)
+    if values["fp16_enabled"]:
+        values["initial_dynamic_scale"] = float(engine.initial_dynamic_scale())
+        values["dynamic_loss_scale"] = bool(engine.dynamic_loss_scale())
+    return values

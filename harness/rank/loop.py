@@ -13,7 +13,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from accelerate_core import Accelerator, DeepSpeedPlugin
+from harness.rank.collectives import CollectiveCounter, gradients_agree_across_ranks
 from harness.rank.evidence import watching_activations, what_ran
+from harness.rank.randomness import RandomDraws
+from harness.rank.resume import RunSpan
 from harness.tasks.base import Task
 from harness.truth.record import Fingerprint, Record
 
@@ -31,8 +34,9 @@ FORCE_ZERO3_PARTITIONING = {"zero_optimization": {
 
 
 def train_with_core(task: Task, *, precision: str, cpu: bool, zero_stage: int | None,
-                    cpu_fp16_emulation: bool = False) -> Record | None:
-    """Train `task`; return the Record on the main process, None on the others."""
+                    cpu_fp16_emulation: bool = False, span: RunSpan | None = None) -> Record | None:
+    """Train `task` (the part of its run `span` says: harness.rank.resume); return the Record on
+    the main process, None on the others."""
     torch.manual_seed(task.seed)  # a clean RNG per cell, even when cells share a process
     plugin = None
     if zero_stage is not None:
@@ -41,44 +45,70 @@ def train_with_core(task: Task, *, precision: str, cpu: bool, zero_stage: int | 
     accelerator = Accelerator(
         mixed_precision="no" if precision == "fp32" else precision, cpu=cpu,
         gradient_accumulation_steps=task.gradient_accumulation_steps, deepspeed_plugin=plugin,
+        **_task_accelerator_options(task),
     )
     try:
-        return _run(accelerator, task, precision)
+        return _run(accelerator, task, precision, span or RunSpan())
     finally:
         accelerator.free_memory()
 
 
-def _run(accelerator: Accelerator, task: Task, precision: str) -> Record | None:
+def _task_accelerator_options(task: Task) -> dict[str, bool]:
+    """What a task asks of the Accelerator beyond the cell's axes: synchronised BatchNorm
+    statistics (harness.tasks.batchnorm). Passed only when asked, so that other tasks construct
+    the Accelerator exactly as the user loop does."""
+    return {"sync_batchnorm": True} if getattr(task, "sync_batchnorm", False) else {}
+
+
+def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan) -> Record | None:
     processes = accelerator.num_processes
     model = task.build_model()
     raw_optimizer = task.build_optimizer(model)
     lr_scheduler = task.build_scheduler(raw_optimizer)
     train = DataLoader(task.train_dataset(), batch_size=task.per_process_batch_size(processes))
     evaluation = DataLoader(task.eval_dataset(), batch_size=task.eval_batch_size // processes)
-    model, optimizer, tr_data, eval_data = accelerator.prepare(model, raw_optimizer, train, evaluation)
+    # A checkpointed run prepares its scheduler too, so that save_state / load_state carry it.
+    extra = (lr_scheduler,) if span.checkpointed else ()
+    model, optimizer, tr_data, eval_data, *prepared = accelerator.prepare(
+        model, raw_optimizer, train, evaluation, *extra)
+    lr_scheduler = prepared[0] if prepared else lr_scheduler
+    first_epoch = span.restore(accelerator, tr_data)  # load_state for a resume destination
     accumulation = task.gradient_accumulation_steps
 
     losses: list[float] = []
     lrs: list[list[float]] = []
     skipped: list[int] = []
     scales: list[float] = []
-    opt_step = 0
+    opt_step = span.first_step
     seen: dict[str, object] = {}
+    draws = RandomDraws(accelerator.device)
+    counter = CollectiveCounter()
+    agreed: list[bool] = []  # per optimizer step: did every rank hold the same gradients?
+    checks_gradients = getattr(accelerator.strategy, "engine", None) is None  # ZeRO owns its grads
     model.train()
-    with watching_activations(model, seen):
-        for _epoch in range(task.epochs):
-            for step, batch in enumerate(tr_data):
+    with watching_activations(model, seen), counter.installed():
+        for _epoch in range(first_epoch, task.epochs):
+            for step, batch in span.batches(accelerator, tr_data, _epoch, first_epoch):
+                draws.begin()  # evidence of random numbers drawn in a training step (dropout)
                 output = model(**batch)
                 losses.append(float(accelerator.reduce(output.loss.detach().float(), "mean")))
                 boundary = (step + 1) % accumulation == 0 or step == len(tr_data) - 1
                 loss = output.loss / accumulation
                 if boundary and task.injects_overflow(precision, opt_step):
                     loss = loss * float("inf")  # as in the reference: this step must be skipped
-                accelerator.backward(loss)
+                with counter.counting():
+                    accelerator.backward(loss)
                 if not boundary:
                     continue
+                if checks_gradients:
+                    agreement = gradients_agree_across_ranks(model)
+                    if agreement is not None:
+                        agreed.append(agreement)
+                if task.max_grad_norm is not None:
+                    accelerator.clip_grad_norm_(model.parameters(), task.max_grad_norm)
                 lrs.append([group["lr"] for group in optimizer.param_groups])
-                optimizer.step()
+                with counter.counting():
+                    optimizer.step()
                 optimizer.zero_grad()
                 if optimizer.is_overflow:  # fp16 loss scaling skipped this step
                     skipped.append(opt_step)
@@ -88,18 +118,32 @@ def _run(accelerator: Accelerator, task: Task, precision: str) -> Record | None:
                 if scale is not None:
                     scales.append(scale)
                 opt_step += 1
+                if span.stop_and_save(accelerator, opt_step):  # a resume source saves and stops
+                    break
+            draws.end()  # the next epoch's loader iterator draws its seed: not a training step
+            if span.stopped:
+                break
 
     evidence = {**what_ran(accelerator), **seen}  # before teardown: the engine is still there
+    evidence["random_draws"] = draws.evidence()
+    # Collectives called inside backward and optimizer.step (the loss logging's are not counted).
+    evidence["collectives"] = dict(sorted(counter.counts.items()))
+    evidence["collective_elements"] = dict(sorted(counter.elements.items()))
+    if agreed:
+        evidence["gradients_agreed"] = {"steps": len(agreed), "agreed": sum(agreed)}
+    if span.evidence() is not None:
+        evidence["resume"] = span.evidence()
 
     model.eval()
     logits, labels = [], []
     with torch.no_grad():
-        for batch in eval_data:
+        for batch in [] if span.stopped else eval_data:  # a source stops at its checkpoint
             output = model(**batch)
             logits.append(accelerator.gather_for_metrics(output.logits).cpu())
             labels.append(accelerator.gather_for_metrics(batch["labels"]).cpu())
     accelerator.wait_for_everyone()
-    state_dict = accelerator.get_state_dict(model)  # every rank: a collective under ZeRO-3
+    # every rank: a collective under ZeRO-3
+    state_dict = {} if span.stopped else accelerator.get_state_dict(model)
     if not accelerator.is_main_process:
         return None
     return Record(
@@ -109,7 +153,7 @@ def _run(accelerator: Accelerator, task: Task, precision: str) -> Record | None:
         lrs=lrs,
         skipped_steps=skipped,
         loss_scales=scales,
-        eval_outputs={"logits": torch.cat(logits), "labels": torch.cat(labels)},
+        eval_outputs={"logits": torch.cat(logits), "labels": torch.cat(labels)} if logits else {},
         state_dict=state_dict,
         meta={"evidence": evidence},
         fingerprint=Fingerprint.here(

@@ -2,7 +2,8 @@
 
     python -m torch.distributed.run ... -m harness.rank.worker RUN_DIR
 
-RUN_DIR/plan.json lists the cells (ids, emulation flag) and where records go. The process group
+RUN_DIR/plan.json lists the cells (ids, emulation flag), where records go, and the import paths
+of a user's tasks (imported before the first cell). The process group
 is created once by the first cell's Accelerator and reused; between cells `train_with_core`
 frees the Accelerator and reseeds from the task, so cells do not leak into each other.
 
@@ -14,6 +15,7 @@ Files this rank writes under RUN_DIR (the parent watches them; all small, writte
   status/{id}.finished     rank 0, after its record is saved (json: seconds)
   status/{id}.error.rank{r} any rank, traceback of an exception; then the rank exits, so the
                            launch ends and the parent runs the rest in a fresh launch
+  status/warm_up.json      rank 0, once warmed up (json: seconds, deepspeed_ops_s): start-up time
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.atomic_files import write_text_atomic
-from harness.spec.cell import Cell
+from harness.spec.cell import Cell, cell_from_fields
 
 EXIT_CELL_ERROR = 3
 _keep_open: list[TextIO] = []  # faulthandler writes to these fds for the life of the process
@@ -69,9 +71,10 @@ def _exit_with_launcher() -> None:
     threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
 
 
-def warm_up(cells: list[Cell]) -> None:
-    """Pay the one-off import costs before the first cell starts, so that a cell's duration and
-    its --timeout measure the cell, not the launch (startup has its own grace in the parent)."""
+def warm_up(cells: list[Cell]) -> dict[str, float]:
+    """Pay the one-off costs before the first cell starts, so that a cell's duration and its
+    --timeout measure the cell, not the launch (startup has its own grace in the parent).
+    Returns what took how long, for the report's start-up time."""
     import torch
 
     import harness.rank.loop
@@ -79,13 +82,33 @@ def warm_up(cells: list[Cell]) -> None:
 
     # The first optimizer built in a process imports torch._dynamo: seconds on a busy machine.
     torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    timings: dict[str, float] = {}
     if any(cell.is_deepspeed for cell in cells):
         import deepspeed  # noqa: F401 - only for launches with DeepSpeed cells
+
+        if any(cell.is_deepspeed and cell.device == "cpu" for cell in cells):
+            start = time.perf_counter()
+            build_deepspeed_cpu_ops()
+            timings["deepspeed_ops_s"] = round(time.perf_counter() - start, 3)
+    return timings
+
+
+def build_deepspeed_cpu_ops() -> None:
+    """DeepSpeed JIT-compiles its CPU shared-memory comm op the first time an engine starts on a
+    machine (60-90 s, then cached under TORCH_EXTENSIONS_DIR): built or loaded here, before any
+    cell's clock, so that it counts as start-up and never eats a cell's --timeout. Every rank
+    loads it; torch's extension loader lets one build while the others wait on its lock."""
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is not None:
+        builder.load()
 
 
 def run_cell(cell: Cell, emulated: bool, records_dir: Path) -> Any:
     """Train one cell through the core on this rank; returns the Record on the main process."""
     from harness.rank.loop import train_with_core
+    from harness.rank.resume import span_of, with_source
     from harness.tasks import get_task
 
     task = get_task(cell.task)
@@ -95,8 +118,10 @@ def run_cell(cell: Cell, emulated: bool, records_dir: Path) -> Any:
         cpu=cell.device == "cpu",
         zero_stage=cell.zero_stage,
         cpu_fp16_emulation=emulated,
+        span=span_of(cell, records_dir),  # a resume source or destination: harness.rank.resume
     )
     if record is not None:
+        record = with_source(cell, record, records_dir, task)  # a destination: the whole run
         record.save(records_dir / cell.id)
     return record
 
@@ -114,11 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     _exit_with_launcher()
     status = run_dir / "status"
     records_dir = Path(plan["records_dir"])
-    cells = [Cell(**entry["cell"]) for entry in plan["cells"]]
+    cells = [cell_from_fields(dict(entry["cell"])) for entry in plan["cells"]]  # resume cells too
+    task_imports = list(plan.get("task_imports", []))
+    warm_start = time.perf_counter()
+    timings: dict[str, float] = {}
     try:
-        warm_up(cells)
+        timings = warm_up(cells)
     except BaseException:  # e.g. deepspeed fails to import: the first cell reports it below
         traceback.print_exc()
+    if rank == 0:
+        timings["seconds"] = round(time.perf_counter() - warm_start, 3)
+        write_text_atomic(status / "warm_up.json", json.dumps(timings))
     for cell, entry in zip(cells, plan["cells"], strict=True):
         cell_id = cell.id
         print(f"[harness.rank.worker rank {rank}] cell {cell_id} starts", flush=True)
@@ -126,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
             write_text_atomic(status / f"{cell_id}.started", json.dumps({"time": time.time()}))
         start = time.perf_counter()
         try:
+            if task_imports:  # the user's tasks, as the matrix named them (an error is this cell's)
+                from harness.tasks import import_tasks
+
+                import_tasks(task_imports)
             run_cell(cell, bool(entry.get("emulated", False)), records_dir)
         except BaseException:
             text = traceback.format_exc()

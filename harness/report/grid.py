@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.spec.cell import ResumeCell
 from harness.truth.outcome import CellResult
 
 RowKey = tuple[str, ...]  # (task,) or (environment, task)
@@ -34,6 +35,8 @@ class Grid:
         columns: list[str] = []
         cells: dict[tuple[RowKey, str], CellResult] = {}
         for result in results:  # first appearance keeps the matrix file's (and inputs') order
+            if isinstance(result.cell, ResumeCell):  # their own from x to grid: harness.report.resume_grid
+                continue
             key: RowKey = (result.environment, result.task) if by_environment else (result.task,)
             column = column_of(result)
             if key not in rows:

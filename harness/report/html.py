@@ -24,6 +24,7 @@ from typing import Any
 
 from harness.report.grid import Grid
 from harness.report.merged import CrossCheck, MergedReport
+from harness.report.resume_grid import ResumeGrid
 from harness.report.summary import by_severity, headline, margin, ok, tolerance_share, unexpected
 from harness.report.svg import loss_curve_svg
 from harness.report.text import DETAIL_TAIL_CHARS, comparison_line, percent
@@ -120,6 +121,31 @@ def _grid(results: Sequence[CellResult], anchor_of: Anchor, by_environment: bool
         rows.append(f"<tr>{''.join(labels)}{''.join(squares)}</tr>")
     legend = " ".join(_badge(s) for s in Status)
     return f"<p>{legend}</p><table>{''.join(rows)}</table>"
+
+
+def _resume_grids(results: Sequence[CellResult], anchor_of: Anchor) -> str:
+    """One from x to grid per task and precision: saved by the row, resumed by the column."""
+    parts = []
+    for grid in ResumeGrid.all_of(results):
+        head = "".join(f'<th class="col">{escape(d)}</th>' for d in grid.destinations)
+        rows = [f"<tr><th>saved by (row), resumed by (column)</th>{head}</tr>"]
+        for source in grid.sources:
+            squares = []
+            for destination in grid.destinations:
+                result = grid.at(source, destination)
+                if result is None:
+                    squares.append('<td class="sq" style="background:#fff"></td>')
+                    continue
+                status = Status(result.status)
+                note = _margin_text(result) if status is Status.PASSED else result.reason
+                tip = escape(f"{result.id}: {status.value}. {note}", quote=True)
+                squares.append(f'<td class="sq" style="background:{COLOUR[status]}" title="{tip}">'
+                               f'<a href="#{escape(anchor_of(result))}" aria-label="{tip}"></a></td>')
+            rows.append(f"<tr><th><code>{escape(source)}</code></th>{''.join(squares)}</tr>")
+        parts.append(f'<h3 id="resume-{escape(grid.task)}-{escape(grid.precision)}">Resume: '
+                     f"<code>{escape(grid.task)}</code> {escape(grid.precision)}, saved after optimizer step "
+                     f"{grid.step}</h3><table>{''.join(rows)}</table>")
+    return f'<h2 id="resume">Resume cells (saved by x resumed by)</h2>{"".join(parts)}' if parts else ""
 
 
 def _env_label(result: CellResult, show_env: bool) -> str:
@@ -242,6 +268,7 @@ def render_html(results: Sequence[CellResult], environment: dict[str, Any]) -> s
         f'<h1 id="top">Matrix report: <code>{escape(env_name)}</code></h1>'
         f"<p>{escape(headline(results))}: {verdict}</p>"
         f"{_grid(results, anchor, by_environment=False)}"
+        f"{_resume_grids(results, anchor)}"
         f"<details><summary>Environment</summary><table>{_environment_rows(environment)}</table></details>"
         + _cells(by_severity(results), anchor, show_env=False)
     )

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.report.merged import MergedReport
+from harness.report.record_changes import record_changes_summary
 from harness.report.summary import counts, ok
 from harness.truth.outcome import CellResult
 
@@ -39,7 +40,13 @@ def report_dict(results: Sequence[CellResult], environment: dict[str, Any]) -> d
         "summary": counts(results),
         "environment": _finite(environment),
         "cells": [_finite(result.to_json()) for result in results],
-    }
+    } | _record_changes(results)
+
+
+def _record_changes(results: Sequence[CellResult]) -> dict[str, Any]:
+    """"record_changes" when the run compared records (--compare-records): docs/versions.md."""
+    summary = record_changes_summary(results)
+    return {} if summary is None else {"record_changes": _finite(summary)}
 
 
 def render_json(results: Sequence[CellResult], environment: dict[str, Any]) -> str:
@@ -55,6 +62,9 @@ def merged_report_dict(merged: MergedReport) -> dict[str, Any]:
     data["ok"] = merged.ok
     data["environments"] = [_finite(report.environment) for report in merged.inputs]
     data["cross_environment"] = [_finite(check.to_json()) for check in merged.cross]
+    if merged.versions:  # the version sweep (docs/versions.md)
+        data["versions"] = [_finite(row.to_json()) for row in merged.versions]
+        data["behaviours"] = merged.behaviours
     return data
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.report.grid import Grid
 from harness.report.merged import MergedReport
+from harness.report.record_changes import record_changes_markdown
 from harness.report.summary import SYMBOL, by_severity, headline, ok, unexpected
 from harness.report.text import DETAIL_TAIL_CHARS, failure_text
 from harness.truth.outcome import CellResult, Status
@@ -128,6 +129,13 @@ def render_markdown(results: Sequence[CellResult], environment: dict[str, Any]) 
     )
     lines = [f"## Matrix report: `{env_name}`", "", f"**{headline(results)}** — {verdict}", ""]
     lines += [*_environment_table(environment), ""]
+    startup = environment.get("startup")
+    if isinstance(startup, dict) and startup.get("launches"):
+        ops = startup.get("deepspeed_ops_s")
+        built = f", DeepSpeed's CPU op build/load {float(ops):.1f} s of it" if ops is not None else ""
+        lines += [f"Start-up: {startup['launches']} launch(es), {float(startup['total_s']):.1f} s before "
+                  f"their first cells{built} (in no cell's duration).", ""]
+    lines += record_changes_markdown(results)  # --compare-records: how the numbers moved
     lines += _cells(results)
     return "\n".join(lines)
 
@@ -153,11 +161,22 @@ def _cross(merged: MergedReport) -> list[str]:
     return [*lines, ""]
 
 
+def _versions(merged: MergedReport) -> list[str]:
+    """The version sweep's tables (docs/versions.md), when the inputs are sweep environments."""
+    if not merged.versions:
+        return []
+    from harness.versions.table import behaviours_markdown, versions_markdown
+
+    return ["### Versions", "", *versions_markdown(merged.versions), "",
+            "### DeepSpeed behaviours by version (reproduced with DeepSpeed alone)", "",
+            *behaviours_markdown(merged.behaviours), ""]
+
+
 def render_merged_markdown(merged: MergedReport) -> str:
     results = merged.results
     mark = "✅" if merged.ok else "❌"
     names = " + ".join(f"`{n}`" for n in merged.names)
     lines = [f"## Matrix report: {names}", "", f"**{headline(results)}** — {mark} {merged.verdict}", ""]
     lines += [*_environment_table(*(r.environment for r in merged.inputs)), ""]
-    lines += _cells(results, show_env=True, after_problems=_cross(merged))
+    lines += _cells(results, show_env=True, after_problems=_cross(merged) + _versions(merged))
     return "\n".join(lines)

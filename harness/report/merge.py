@@ -85,15 +85,17 @@ def cross_checks(inputs: Sequence[EnvironmentReport]) -> list[CrossCheck]:
     from harness.truth.judge import cross_environment
     from harness.truth.record import Record
 
-    holders: dict[str, list[EnvironmentReport]] = {}
+    # Keyed by torch release too: bit for bit holds between environments of one torch (another
+    # torch may change any kernel's last bits; the version sweep's record changes show by how much).
+    holders: dict[tuple[str, str], list[EnvironmentReport]] = {}
     for report in inputs:
         for result in report.results:
             if result.cell.is_deepspeed or Status(result.status) is Status.SKIPPED:
                 continue
             if _has_record(report, result.id):
-                holders.setdefault(result.id, []).append(report)
+                holders.setdefault((result.id, str(report.environment.get("torch", ""))), []).append(report)
     checks: list[CrossCheck] = []
-    for cell_id, reports in holders.items():
+    for (cell_id, _), reports in holders.items():
         baseline, *others = reports
         for other in others:
             try:
@@ -149,9 +151,14 @@ def merge_reports(directories: Sequence[Path], out_dir: Path) -> MergedReport:
     if not directories:
         raise UsageError(explain("report merge", "no report dir given", _VALID_DIR,
                                  "name at least one, e.g. reports/nodeepspeed reports/deepspeed"))
+    from harness.versions.table import behaviour_columns, version_row
+
     inputs = [read_report_dir(Path(d)) for d in directories]
     _check_inputs(directories, inputs, out_dir)
-    return MergedReport(inputs=inputs, cross=cross_checks(inputs))
+    rows = [version_row(r.name, r.directory, r.environment, r.results) for r in inputs]
+    return MergedReport(inputs=inputs, cross=cross_checks(inputs),
+                        versions=[r for r in rows if r is not None],
+                        behaviours=behaviour_columns({r.name: r.directory for r in inputs}))
 
 
 def merge_report_dirs(directories: Sequence[Path], out_dir: Path) -> MergedReport:

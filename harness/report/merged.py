@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.report.summary import ok, unexpected
 from harness.truth.outcome import CellResult
+from harness.versions.table import VersionRow
 
 MERGED_SEPARATOR = "+"  # the merged report's environment name: "nodeepspeed+deepspeed"
 
@@ -59,6 +60,10 @@ class CrossCheck:
 class MergedReport:
     inputs: list[EnvironmentReport]
     cross: list[CrossCheck] = field(default_factory=list)
+    # The version sweep's inputs (those with version_status.json; docs/versions.md): one row per
+    # environment, and environment -> its behaviours.json (behaviour x version).
+    versions: list[VersionRow] = field(default_factory=list)
+    behaviours: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -83,23 +88,48 @@ class MergedReport:
         return [check for check in self.cross if not check.identical]
 
     @property
+    def unsupported(self) -> set[str]:
+        """Environments of a release the core refuses (or cannot install / import): their cells ran
+        only to measure the release, so their failures are the finding, not a regression."""
+        return {row.environment for row in self.versions if row.status == "not supported"}
+
+    @property
+    def judged_results(self) -> list[CellResult]:
+        return [r for r in self.results if r.environment not in self.unsupported]
+
+    @property
+    def gate_disagreements(self) -> list[str]:
+        """"env: behaviour" where a core patch's gate disagrees with the DeepSpeed-alone reproduction."""
+        return [f"{env}: {b.get('behaviour')}" for env, data in self.behaviours.items()
+                for b in data.get("behaviours", []) if b.get("gate_agrees") is False]
+
+    @property
     def ok(self) -> bool:
-        """The one verdict: no input cell failed unexpectedly and no cross-environment record differs."""
-        return ok(self.results) and not self.differing
+        """The one verdict: no cell failed unexpectedly (outside unsupported environments), no
+        cross-environment record differs, and every core patch's gate agrees with its reproduction."""
+        return ok(self.judged_results) and not self.differing and not self.gate_disagreements
 
     @property
     def verdict(self) -> str:
         """The verdict in words, e.g. "2 cell(s) failed unexpectedly; 1 cross-environment
         comparison(s) differ"."""
         if self.ok:
+            words = "no cell failed unexpectedly"
+            measured = len(unexpected(self.results)) - len(unexpected(self.judged_results))
+            if measured:
+                words += (f" outside {len(self.unsupported)} unsupported environment(s), whose "
+                          f"{measured} failing cell(s) are their finding (the version table)")
             if not self.cross:
-                return "no cell failed unexpectedly"
+                return words
             identical = f"{len(self.cross)} cross-environment comparison(s) bit-identical"
-            return f"no cell failed unexpectedly; {identical}"
+            return f"{words}; {identical}"
         parts = []
-        failed = len(unexpected(self.results))
+        failed = len(unexpected(self.judged_results))
         if failed:
             parts.append(f"{failed} cell(s) failed unexpectedly")
         if self.differing:
             parts.append(f"{len(self.differing)} cross-environment comparison(s) differ")
+        if self.gate_disagreements:
+            disagreeing = ", ".join(self.gate_disagreements)
+            parts.append(f"a core patch's gate disagrees with DeepSpeed: {disagreeing}")
         return "; ".join(parts)

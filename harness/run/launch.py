@@ -24,6 +24,7 @@ from pathlib import Path
 from harness.run.evidence import crash_detail, dead_ranks, read_text, wait_for_stacks
 from harness.run.processes import kill_tree, rank_pids, register, stop
 from harness.spec.cell import Cell
+from harness.tasks.registry import import_paths_of
 
 POLL_S = 0.05
 STACK_WAIT_S = 3.0  # how long ranks get to write their stacks after SIGUSR1
@@ -35,10 +36,14 @@ class LaunchOutcome:
     finished: dict[str, float] = field(default_factory=dict)  # cell id -> seconds, in order
     # The cell that was running when the launch ended badly, and how it ended.
     broken_cell: str | None = None
-    broken_status: str = ""  # "crashed" | "timeout" | "error"
+    broken_status: str = ""  # "crashed" | "timeout" | "exception"
     broken_seconds: float = 0.0  # from the broken cell's start (or the launch's) to its end
     detail: str = ""
     not_started: list[Cell] = field(default_factory=list)
+    # Start-up: from the launch to its first cell's start (imports, process group, DeepSpeed's
+    # one-off op build), and what the ranks' warm-up measured (status/warm_up.json).
+    startup_s: float | None = None
+    warm_up: dict[str, float] = field(default_factory=dict)
 
 
 # Runs first in the launcher process: ask Linux to SIGTERM it when the runner dies, even by
@@ -97,7 +102,8 @@ def run_launch(
     """Run `cells` (one launch shape) in one launch until all finish or one breaks it.
 
     `on_finished(cell_id, seconds)` judges a finished cell; returning False ends the launch there
-    (the cells after it are returned in `not_started`, to run in a fresh launch)."""
+    (the cells after it are returned in `not_started`, to run in a fresh launch). A cell that
+    raised, crashed or hung ends the launch too: its processes exited or were stopped."""
     run_dir.mkdir(parents=True, exist_ok=True)
     for sub in ("pids", "logs", "stacks", "status"):
         (run_dir / sub).mkdir(exist_ok=True)
@@ -105,6 +111,9 @@ def run_launch(
         # The cell whole (its axes), and its id only to name its files and for a reader.
         "cells": [{"id": c.id, "cell": asdict(c), "emulated": emulated.get(c.id, False)} for c in cells],
         "records_dir": str(records_dir),
+        # Import paths of a user's tasks (as matrix.toml named them, remembered by the registry
+        # when the parent imported them): every rank imports them before building a task.
+        "task_imports": import_paths_of([c.task for c in cells]),
     }
     (run_dir / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
     status = run_dir / "status"
@@ -127,6 +136,8 @@ def run_launch(
             for cell in cells:
                 if cell.id not in started and (status / f"{cell.id}.started").exists():
                     started[cell.id] = time.monotonic()
+                    if outcome.startup_s is None:
+                        outcome.startup_s = round(started[cell.id] - launch_start, 3)
                     on_started(cell.id)
                 done = status / f"{cell.id}.finished"
                 if cell.id not in outcome.finished and done.exists():
@@ -162,6 +173,8 @@ def run_launch(
         stop(proc, run_dir)
     if outcome.broken_cell is not None:
         outcome.broken_seconds = time.monotonic() - started.get(outcome.broken_cell, launch_start)
+    with contextlib.suppress(OSError, ValueError):
+        outcome.warm_up = dict(json.loads((status / "warm_up.json").read_text(encoding="utf-8")))
     done_ids = set(outcome.finished) | {outcome.broken_cell}
     outcome.not_started = [c for c in cells if c.id not in done_ids]
     return outcome
@@ -202,6 +215,6 @@ def _on_exit(
             "\n" + error_text if errors else ""
         )
     else:
-        outcome.broken_status = "error"
+        outcome.broken_status = "exception"
         outcome.detail = error_text
     outcome.broken_cell = running.id

@@ -9,27 +9,41 @@ Public API (helper code, pytest items and the CLI rely on it; keep exact):
       cells with the same key share a launch ("cpu2"): pytest-xdist groups items by it.
 
 Speed comes from sharing: a launch costs seconds of start-up (imports, process group,
-DeepSpeed's first initialize), a cell inside a running launch about a second. So every cell of
-one shape runs in one launch. After any failure in a launch (crash, hang, exception, or a record
-that left tolerance), the cells not yet judged go on in a fresh launch: a failing cell may have
-left the process in a state no later cell should be judged in.
+DeepSpeed's one-off op build and first initialize), a cell inside a running launch about a
+second. So every cell of one shape runs in one launch, and start-up is measured apart
+(`startup.json`, the report's start-up time), never inside a cell's clock or --timeout.
+
+Failures: a cell that raised, crashed or hung may have left its processes unusable, so it ends
+its launch (its processes exit or are stopped) and the cells not yet run go on in a fresh one.
+A cell judged wrong (its record diverged from the golden) finished normally: the launch goes on.
+Each such unexpected failure is then confirmed in a fresh launch (harness.run.confirm) and the
+report says whether the rerun agreed: a result that changes when the cells before it change was
+left behind by them, not made by the cell.
 """
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from harness.run.launch import run_launch
+from harness.atomic_files import write_text_atomic
+from harness.run.confirm import confirm_failures
+from harness.run.deepspeed_ops import ensure_deepspeed_ops
+from harness.run.launch import LaunchOutcome, launch_env, run_launch
 from harness.run.processes import cleanup_all
+from harness.run.resume import run_resume
 from harness.spec.availability import Host, check, probe_host
-from harness.spec.cell import Cell
+from harness.spec.cell import Cell, ResumeCell
 from harness.spec.matrix import Matrix, load_matrix
 from harness.truth.judge import apply_expected, judge_record, new_result
-from harness.truth.outcome import CellResult, Status
+from harness.truth.outcome import CellResult, Failure, Status
+
+STARTUP_FILE = "startup.json"  # in the report dir: each launch's start-up time
 
 
 class ProgressLike(Protocol):
@@ -76,6 +90,18 @@ class _Run:
     emulated: dict[str, bool] = field(default_factory=dict)
     results: dict[str, CellResult] = field(default_factory=dict)
     stopping: bool = False  # set on SIGINT/SIGTERM: launch threads stop, late results are dropped
+    launches: list[dict[str, object]] = field(default_factory=list)  # start-up time of each
+    ops_lock: threading.Lock = field(default_factory=threading.Lock)
+    ops_done: bool = False  # DeepSpeed's CPU op is built (or its build was tried) in this run
+
+    def ensure_deepspeed_ops(self, group: list[Cell]) -> None:
+        """Before the first launch of DeepSpeed CPU cells: build DeepSpeed's comm op, once."""
+        if not any(c.is_deepspeed and c.device == "cpu" for c in group):
+            return
+        with self.ops_lock:  # the other launch threads wait here rather than build it twice
+            if not self.ops_done:
+                self.launches.append(ensure_deepspeed_ops(launch_env(group[0])))
+                self.ops_done = True
 
     @property
     def records_dir(self) -> Path:
@@ -99,7 +125,12 @@ def run_cells(
     host = options.host or probe_host(options.allow_cpu_fp16_emulation)
     by_id = {cell.id: cell for cell in cells}
     groups: dict[str, list[Cell]] = {}
+    resume_cells: list[ResumeCell] = []
     for cell in by_id.values():
+        unknown = _unknown_task(cell)
+        if unknown:  # the harness cannot build it: not judged, and no launch to pay for
+            run.finish(cell, new_result(cell, Status.ERROR, unknown))
+            continue
         verdict = check(cell, host)
         if not verdict.runnable:
             run.finish(
@@ -107,8 +138,11 @@ def run_cells(
             )
             continue
         run.emulated[cell.id] = verdict.emulated
+        if isinstance(cell, ResumeCell):  # a source launch, then a destination one: harness.run.resume
+            resume_cells.append(cell)
+            continue
         groups.setdefault(launch_group_key(cell), []).append(cell)
-    # declared failures last: each one ends its launch
+    # Declared failures last: a declared exception or crash ends its launch.
     declared = {c.id for c in by_id.values() if matrix.expected_outcome(c, options.env_name) is not None}
     for key, group in groups.items():
         groups[key] = sorted(group, key=lambda c: c.id in declared)
@@ -119,6 +153,8 @@ def run_cells(
     try:
         with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="launch") as pool:
             futures = [pool.submit(_run_group, run, key, group) for key, group in cpu_groups]
+            if resume_cells:
+                futures.append(pool.submit(run_resume, run, resume_cells, host, launch_cells))
             try:
                 _wait_all(futures)
             except BaseException:
@@ -132,7 +168,57 @@ def run_cells(
         raise RunInterrupted(
             [run.results[c] for c in by_id if c in run.results], str(exc) or "SIGINT"
         ) from None
+    finally:
+        _write_startup(run)
     return [run.results[cell_id] for cell_id in by_id]
+
+
+def _write_startup(run: _Run) -> None:
+    if run.launches:
+        summary = json.dumps(startup_summary(run.launches), indent=1)
+        write_text_atomic(run.options.report_dir / STARTUP_FILE, summary)
+
+
+def startup_summary(launches: list[dict[str, object]]) -> dict[str, object]:
+    """Start-up time of a run's launches: before each launch's first cell (imports, process
+    group, DeepSpeed's one-off op build), outside every cell's duration."""
+    total = sum(float(str(entry.get("startup_s") or 0.0)) for entry in launches)
+    ops = [float(str(e["deepspeed_ops_s"])) for e in launches if e.get("deepspeed_ops_s") is not None]
+    return {
+        "launches": sum(1 for entry in launches if entry.get("launch") != "deepspeed-ops"),
+        "total_s": round(total, 3),
+        "deepspeed_ops_s": round(max(ops), 3) if ops else None,
+        "per_launch": launches,
+    }
+
+
+def read_startup(report_dir: Path) -> dict[str, object] | None:
+    """The run's start-up summary (None when it wrote none: every cell skipped, or an old run)."""
+    try:
+        return dict(json.loads((report_dir / STARTUP_FILE).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
+def startup_line(summary: dict[str, object] | None) -> str:
+    """One sentence for the terminal and report.md."""
+    if not summary:
+        return ""
+    ops = summary.get("deepspeed_ops_s")
+    tail = f", of which DeepSpeed's CPU op build/load {ops:.1f} s" if isinstance(ops, float) else ""
+    total = float(str(summary["total_s"]))
+    return (f"start-up: {summary['launches']} launch(es), {total:.1f} s before their first cells{tail} "
+            "(not counted in any cell's duration)")
+
+
+def _unknown_task(cell: Cell) -> str:
+    from harness.tasks import get_task
+
+    try:
+        get_task(cell.task)
+    except KeyError as exc:
+        return str(exc.args[0])
+    return ""
 
 
 def _wait_all(futures: list[Future[None]]) -> None:
@@ -148,49 +234,94 @@ def _run_group(run: _Run, key: str, group: list[Cell]) -> None:
     for cell in group:  # a stale record of an earlier run must never be judged as this run's
         for suffix in (".json", ".safetensors"):
             (run.records_dir / (cell.id + suffix)).unlink(missing_ok=True)
-    queue = list(group)
-    launch_no = 0
     by_id = {c.id: c for c in group}
+    run.ensure_deepspeed_ops(group)
+    launch_cells(run, key, group, run.records_dir, _judged(run, by_id), run.finish)
+    if not run.options.isolate and not run.stopping:
+        to_confirm = [c for c in group if _needs_confirmation(run, c)]
+        if to_confirm:
+            confirm_failures(run, key, to_confirm, launch_cells, _judged)
+
+
+def _needs_confirmation(run: _Run, cell: Cell) -> bool:
+    """An unexpected failure judged from the numbers or evidence of a finished record. Not an
+    exception, crash or hang (they ended their launch), nor randomness (decided by what the
+    record says the task did, which a rerun would only repeat)."""
+    result = run.results.get(cell.id)
+    return (result is not None and result.status == Status.FAILED
+            and result.failure in (Failure.DIVERGENCE, Failure.EVIDENCE))
+
+
+def launch_cells(
+    run: _Run,
+    key: str,
+    cells: list[Cell],
+    records_dir: Path,
+    on_judged: Callable[[str, float], bool],
+    on_broken: Callable[[Cell, CellResult], None],
+    label: str = "",
+    on_launch: Callable[[list[Cell], Path], None] | None = None,
+    one_per_launch: bool = False,
+) -> None:
+    """Run `cells` (one launch shape) through as few launches as their failures allow: a cell
+    that raised, crashed or hung ends its launch, and the rest go on in a fresh one; --isolate
+    gives each its own. `on_launch(batch, run_dir)` hears of each launch before it starts."""
+    queue = list(cells)
+    launch_no = 0
+    by_id = {c.id: c for c in cells}
     while queue and not run.stopping:
-        batch = queue[:1] if run.options.isolate else queue
+        alone = run.options.isolate or one_per_launch
+        batch = queue[:1] if alone else queue
         launch_no += 1
-        run_dir = run.options.report_dir / "launches" / f"{key}-{launch_no:03d}"
+        run_dir = run.options.report_dir / "launches" / f"{key}{label}-{launch_no:03d}"
         while run_dir.exists():  # an earlier run into this report dir (--resume): keep its evidence
             launch_no += 1
-            run_dir = run.options.report_dir / "launches" / f"{key}-{launch_no:03d}"
+            run_dir = run.options.report_dir / "launches" / f"{key}{label}-{launch_no:03d}"
+        if on_launch is not None:
+            on_launch(batch, run_dir)
         outcome = run_launch(
             batch,
             run.emulated,
             run_dir,
-            run.records_dir,
+            records_dir,
             run.options.timeout_s,
-            on_started=_started(run),
-            on_finished=_judged(run, by_id),
+            on_started=_started(run) if not label else lambda _id: None,
+            on_finished=on_judged,
             should_stop=lambda: run.stopping,
         )
+        run.launches.append({"launch": run_dir.name, "cells": len(batch), "startup_s": outcome.startup_s,
+                             "warm_up_s": outcome.warm_up.get("seconds"),
+                             "deepspeed_ops_s": outcome.warm_up.get("deepspeed_ops_s")})
         if outcome.broken_cell is not None:
             cell = by_id[outcome.broken_cell]
-            status = Status(outcome.broken_status)
-            first = outcome.detail.strip().splitlines()[0] if outcome.detail.strip() else ""
-            reason = {
-                Status.CRASHED: f"{first}; tail of its output in detail",
-                Status.TIMEOUT: f"no result within --timeout {run.options.timeout_s:g} s; "
-                "Python stacks of every rank in detail",
-                Status.ERROR: f"an exception in the cell: {_last_line(outcome.detail)}",
-            }[status]
-            run.finish(
-                cell,
-                new_result(
-                    cell,
-                    status,
-                    reason,
-                    detail=outcome.detail,
-                    emulated=run.emulated.get(cell.id, False),
-                    duration_s=round(outcome.broken_seconds, 3),
-                    extra={"launch_dir": str(run_dir)},
-                ),
-            )
-        queue = outcome.not_started if not run.options.isolate else queue[1:]
+            on_broken(cell, broken_result(run, cell, outcome, run_dir))
+        queue = queue[1:] if alone else outcome.not_started
+
+
+def broken_result(run: _Run, cell: Cell, outcome: LaunchOutcome, run_dir: Path) -> CellResult:
+    """The result of the cell that ended a launch: it raised (failed, with the traceback, as
+    pytest reports an exception in a test), crashed or hung."""
+    first = outcome.detail.strip().splitlines()[0] if outcome.detail.strip() else ""
+    status, failure = Status.FAILED, None
+    if outcome.broken_status == "crashed":
+        status, reason = Status.CRASHED, f"{first}; tail of its output in detail"
+    elif outcome.broken_status == "timeout":
+        status = Status.TIMEOUT
+        reason = (f"no result within --timeout {run.options.timeout_s:g} s; "
+                  "Python stacks of every rank in detail")
+    else:
+        failure = Failure.EXCEPTION
+        reason = f"exception in training: {_last_line(outcome.detail)} (traceback in detail)"
+    return new_result(
+        cell,
+        status,
+        reason,
+        detail=outcome.detail,
+        emulated=run.emulated.get(cell.id, False),
+        duration_s=round(outcome.broken_seconds, 3),
+        extra={"launch_dir": str(run_dir)},
+        failure=failure,
+    )
 
 
 def _last_line(text: str) -> str:
@@ -206,28 +337,60 @@ def _started(run: _Run) -> Callable[[str], None]:
     return started
 
 
-def _judged(run: _Run, by_id: dict[str, Cell]) -> Callable[[str, float], bool]:
-    """Judge a finished cell; False (end this launch) when it did not pass: a failing cell may
-    have left the process in a state no later cell should be judged in."""
+def _judged(run: _Run, by_id: dict[str, Cell], records_dir: Path | None = None,
+            into: Callable[[Cell, CellResult], None] | None = None) -> Callable[[str, float], bool]:
+    """Judge a finished cell. The launch always goes on: a cell that finished (whatever its
+    numbers) left its processes usable; a divergence is confirmed afterwards in a fresh launch."""
 
     def judged(cell_id: str, seconds: float) -> bool:
         cell = by_id[cell_id]
         result = judge_record(
             cell,
-            run.records_dir / cell_id,
+            (records_dir or run.records_dir) / cell_id,
             duration_s=seconds,
             emulated=run.emulated.get(cell_id, False),
             env_name=run.options.env_name,
             matrix=run.matrix,
             compare_dir=_compare_dir(run.options),
         )
-        passed = result.status == Status.PASSED  # before expectations turn it into xpassed
-        run.finish(cell, result)
-        return passed
+        if run.options.compare_records is not None:  # how the numbers moved against the other env
+            _note_record_change(run, cell, result, (records_dir or run.records_dir) / cell_id)
+        (into or run.finish)(cell, result)
+        return True
 
     return judged
 
 
 def _compare_dir(options: RunOptions) -> Path | None:
-    return options.compare_records / "records" if options.compare_records is not None else None
+    """Where the judge's bit-for-bit rule for non-DeepSpeed cells finds the other records: only
+    between environments of one torch release (another torch may change any kernel's last bits;
+    _note_record_change shows by how much)."""
+    if options.compare_records is None:
+        return None
+    from importlib import metadata
+
+    from harness.truth.version_diff import same_torch
+
+    if not same_torch(options.compare_records, metadata.version("torch")):
+        return None
+    return options.compare_records / "records"
+
+
+def _note_record_change(run: _Run, cell: Cell, result: CellResult, stem: Path) -> None:
+    """--compare-records, every cell with a record (DeepSpeed ones too): how its numbers changed
+    against the other environment's (bit-identical / within tolerance / diverged), in the cell's
+    report.json extra "record_change". Informative: the golden decides the verdict."""
+    from harness.truth.record import Record
+    from harness.truth.version_diff import other_environment, record_change
+
+    assert run.options.compare_records is not None
+    try:
+        record = Record.load(stem)
+    except Exception:  # no record of its own (the cell errored): nothing to compare
+        return
+    other_name, _ = other_environment(run.options.compare_records)
+    tolerance = run.matrix.tolerance_for(cell.precision, cell.strategy)
+    result.extra["record_change"] = record_change(
+        record, run.options.compare_records / "records" / cell.id, tolerance,
+        other_name or str(run.options.compare_records))
 

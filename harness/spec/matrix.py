@@ -4,6 +4,12 @@ The file is the one source pytest, nox, tox, CI and `python -m harness` read, so
 it is reported with the file, the section, the value given and the valid choices (MatrixError).
 Cells are the product task x launch shape x strategy x precision, minus [[exclude]] entries;
 [[include]] entries add cells that run only when named (`opt_in`, e.g. the canaries).
+
+Tasks of a user's own package: the task axis may name one by import path (`"mypkg.tasks:MyTask"`)
+and a top-level `tasks = ["mypkg.tasks"]` lists modules that define or register tasks (an absent
+task axis then means every task they bring). They are imported here, and the paths travel with
+the matrix (`Matrix.task_imports`) to every process that builds a task. The goldens of a matrix
+file are in `golden/` beside it (`Matrix.golden_dir`; None for the repository's own).
 """
 
 from __future__ import annotations
@@ -16,8 +22,8 @@ from typing import Any
 import tomllib
 
 from harness.errors import MatrixError, explain
-from harness.paths import MATRIX_PATH
-from harness.spec.cell import DEVICES, PRECISIONS, STRATEGIES, Cell
+from harness.paths import MATRIX_PATH, golden_dir_for
+from harness.spec.cell import DEVICES, PRECISIONS, STRATEGIES, Cell, ResumeCell
 from harness.spec.matrix_entries import (
     Environment,
     Expected,
@@ -31,13 +37,16 @@ from harness.spec.matrix_entries import (
     parse_reason,
     parse_shapes,
 )
+from harness.spec.resume import parse_resume
 from harness.spec.tolerances import Tolerance, ToleranceTable, parse_tolerances
-from harness.tasks import task_names
+from harness.tasks import TaskImportError, get_task, import_tasks, task_names
+from harness.tasks.registry import is_import_path
 
 __all__ = ["Environment", "Expected", "Match", "Matrix", "MatrixError", "load_matrix"]
 
 DEFAULT_PATH = MATRIX_PATH
-SECTIONS = ("axes", "shapes", "exclude", "include", "expected", "environments", "tolerances")
+SECTIONS = ("tasks", "axes", "shapes", "exclude", "include", "expected", "environments", "tolerances",
+            "resume")
 
 
 @dataclass
@@ -50,6 +59,16 @@ class Matrix:
     excluded: list[tuple[Cell, str]]  # (cell, reason): kept so `list` can say why a cell is absent
     tolerances: ToleranceTable
     raw: dict[str, Any] = field(default_factory=dict)
+    # Import paths of the user's tasks (modules of `tasks = [...]`, then `module:Name` entries of
+    # the task axis): every process that builds a task imports them first.
+    task_imports: tuple[str, ...] = ()
+    # Resume cells ([resume], harness.spec.resume): opt-in, see selection.resume_requested.
+    resume_cells: list[ResumeCell] = field(default_factory=list)
+
+    @property
+    def golden_dir(self) -> Path | None:
+        """`golden/` beside this matrix file; None for the repository's own (harness.paths)."""
+        return golden_dir_for(self.path)
 
     def tolerance_for(self, precision: str, strategy: str) -> Tolerance:
         """The comparison tolerance of this matrix for a cell's precision and strategy."""
@@ -93,21 +112,57 @@ def load_matrix(path: str | Path | None = None, known_tasks: Iterable[str] | Non
                 "fix the syntax at the line and column named",
             )
         ) from None
-    return _build(file, raw, _known_tasks(known_tasks))
+    imports = _import_user_tasks(file, raw)
+    tasks = _known_tasks(known_tasks) | set(imports.names)
+    matrix = _build(file, raw, tasks)
+    matrix.task_imports = imports.paths
+    return matrix
 
 
-def _known_tasks(known: Iterable[str] | None) -> set[str] | None:
+@dataclass(frozen=True)
+class _Imported:
+    paths: tuple[str, ...]
+    names: tuple[str, ...]
+
+
+def _import_user_tasks(file: Path, raw: dict[str, Any]) -> _Imported:
+    """Import `tasks = [...]` modules and `module:Name` task-axis entries, and rewrite the task
+    axis to task names (a missing axis: every task the modules brought)."""
+    modules = raw.get("tasks", [])
+    if not isinstance(modules, list) or not all(isinstance(m, str) and m for m in modules):
+        raise bad(file, "tasks", modules, "it must be a list of module import paths",
+                  "e.g. tasks = [\"mypkg.tasks\"]", "write a list of strings")
+    axes = raw.setdefault("axes", {})
+    axis = axes.get("task")
+    listed = axis if isinstance(axis, list) else []
+    referenced = [v for v in listed if isinstance(v, str) and is_import_path(v)]
+    paths = tuple(modules) + tuple(referenced)
+    try:
+        brought = {path: import_tasks([path]) for path in paths}
+    except TaskImportError as exc:
+        folder = file.resolve().parent
+        where = f" (the matrix's own folder: PYTHONPATH={folder})" if "sys.path" in str(exc) else ""
+        raise MatrixError(f"{file.name}: {exc}{where}") from None
+    if isinstance(axis, list):
+        axes["task"] = [name for value in axis
+                        for name in (brought[value] if value in referenced else [value])]
+    elif modules:
+        axes["task"] = list(dict.fromkeys(name for m in modules for name in brought[m]))
+    return _Imported(paths, tuple(dict.fromkeys(n for names in brought.values() for n in names)))
+
+
+def _known_tasks(known: Iterable[str] | None) -> set[str]:
     # A task module that fails to import must fail loudly here, never switch validation off.
     return set(known) if known is not None else set(task_names())
 
 
-def _build(file: Path, raw: dict[str, Any], tasks: set[str] | None) -> Matrix:
+def _build(file: Path, raw: dict[str, Any], tasks: set[str]) -> Matrix:
     for key in raw:
         if key not in SECTIONS:
             raise bad(file, "section", key, "it is not a known section", SECTIONS, "rename or remove it")
     axes = raw.get("axes", {})
     valid_axes = {
-        "task": sorted(tasks) if tasks is not None else None,
+        "task": sorted(tasks),
         "device": DEVICES,
         "strategy": STRATEGIES,
         "precision": PRECISIONS,
@@ -155,6 +210,25 @@ def _build(file: Path, raw: dict[str, Any], tasks: set[str] | None) -> Matrix:
         name: parse_environment(file, name, body) for name, body in raw.get("environments", {}).items()
     }
     tolerances = parse_tolerances(file, raw.get("tolerances", {}))
-    for cell in cells + [c for c, _ in opt_in]:  # every cell must be judgeable, said at load
+    shape_names = [f"{device}{processes}-{strategy}"
+                   for device, processes, names in shapes for strategy in names]
+    resume_cells, resume_expected = parse_resume(file, raw.get("resume"), valid_axes, shape_names,
+                                                 _optimizer_steps(raw.get("resume")))
+    expected = resume_expected + expected  # a pair's own reason before a task-wide one
+    for cell in cells + [c for c, _ in opt_in] + resume_cells:  # every cell must be judgeable, said at load
         tolerances.for_cell(cell.precision, cell.strategy)
-    return Matrix(file, cells, opt_in, expected, environments, excluded, tolerances, raw)
+    matrix = Matrix(file, cells, opt_in, expected, environments, excluded, tolerances, raw)
+    matrix.resume_cells = resume_cells
+    return matrix
+
+
+def _optimizer_steps(resume: Any) -> dict[str, int]:
+    """Optimizer steps over the whole run of each task [resume.steps] names (that registers)."""
+    steps = resume.get("steps", {}) if isinstance(resume, dict) else {}
+    out = {}
+    for name in steps if isinstance(steps, dict) else ():
+        try:
+            out[name] = get_task(name).steps
+        except KeyError:
+            continue  # an unknown task: parse_resume names it with the valid ones
+    return out

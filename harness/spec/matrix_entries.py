@@ -4,6 +4,7 @@ value given, why it is wrong, the valid values and the fix."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +14,11 @@ from harness.errors import MatrixError, explain
 from harness.spec.cell import DEVICES, TASK_NAME, Cell, Device, StrategyName
 
 MATCH_KEYS = ("task", "device", "processes", "strategy", "precision")
-EXPECTED_STATUSES = ("xfailed",)
-
-
+# How a declared failure fails (`status` of an [[expected]] entry); a cell that fails another
+# way is an unexpected failure. "failed": it ran to the end and was judged wrong (numbers,
+# evidence, randomness); "exception": training raised; "crashed" / "timeout": as reported.
+EXPECTED_STATUSES = ("failed", "exception", "crashed", "timeout")
+_RELEASE = re.compile(r"\d+\.\d+\.\d+")  # an environment's pinned torch / deepspeed release
 
 
 @dataclass(frozen=True)
@@ -31,9 +34,12 @@ class Match:
 @dataclass(frozen=True)
 class Expected:
     match: Match
-    status: str  # "xfailed"
+    status: str  # one of EXPECTED_STATUSES: how the cell is expected to fail
     reason: str
     environments: tuple[str, ...] = ()  # empty: every environment
+    # A regular expression that must be found (re.search) in the cell's diagnosis (its reason;
+    # for an exception, also its traceback); None: any diagnosis of that status.
+    diagnosis: re.Pattern[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,11 @@ class Environment:
     extras: tuple[str, ...] = ()
     runs_on: tuple[str, ...] = ("ubuntu-latest",)  # CI runner labels
     markexpr: str = ""  # the -m selection its CI job runs ("" = all cells of its device)
+    # The dependency-version sweep (`nox -s versions`, the scheduled CI job); docs/versions.md.
+    torch_version: str = ""  # pinned torch release ("" = the project's default pin)
+    deepspeed_version: str = ""  # pinned deepspeed release ("" = the project's declared range)
+    sweep: bool = False  # only in the version sweep, not in `nox -s matrix` / push CI
+    compare_with: str = ""  # the environment whose records this one's numbers are compared with
 
 
 def bad(
@@ -146,18 +157,47 @@ def parse_reason(file: Path, where: str, entry: dict[str, Any]) -> str:
 
 def parse_expected(file: Path, i: int, entry: dict[str, Any], valid_axes: dict[str, Any]) -> Expected:
     where = f"[[expected]] #{i + 1}"
-    match = parse_match(file, where, entry, valid_axes, extra=("status", "reason", "environments"))
-    status = entry.get("status", "xfailed")
-    if status not in EXPECTED_STATUSES:
+    match = parse_match(file, where, entry, valid_axes, extra=("status", "match", "reason", "environments"))
+    status = entry.get("status", "failed")
+    if status == "xfailed":
         raise bad(
-            file, where + ".status", status, "not an expected outcome", EXPECTED_STATUSES, "use 'xfailed'"
+            file, where + ".status", status,
+            "`status` now says HOW the cell is expected to fail (a cell failing another way is an "
+            "unexpected failure); 'xfailed' is what the report calls a match, not a kind of failure",
+            EXPECTED_STATUSES, "write status = 'failed' (judged wrong) or 'exception', and add "
+            "match = '<regex on the diagnosis>' to pin the failure down",
         )
-    return Expected(match, status, parse_reason(file, where, entry), tuple(entry.get("environments", [])))
+    if status not in EXPECTED_STATUSES:
+        raise bad(file, where + ".status", status, "not a kind of failure", EXPECTED_STATUSES,
+                  "use one of these (default 'failed')")
+    diagnosis = None
+    if "match" in entry:
+        pattern = entry["match"]
+        try:
+            if not isinstance(pattern, str) or not pattern.strip():
+                raise re.error("an empty pattern matches every diagnosis")
+            diagnosis = re.compile(pattern)
+        except re.error as exc:
+            raise bad(file, where + ".match", pattern, f"not a usable regular expression ({exc})",
+                      "a Python regex found in the diagnosis, e.g. 'per-rank batch statistics'",
+                      "fix the pattern (or drop `match` to accept any diagnosis)") from None
+    return Expected(match, status, parse_reason(file, where, entry), tuple(entry.get("environments", [])),
+                    diagnosis)
 
 
 def parse_environment(file: Path, name: str, body: dict[str, Any]) -> Environment:
     where = f"[environments.{name}]"
-    only_keys(file, where, body, ("description", "deepspeed", "device", "extras", "runs_on", "markexpr"))
+    only_keys(file, where, body, ("description", "deepspeed", "device", "extras", "runs_on", "markexpr",
+                                  "torch_version", "deepspeed_version", "sweep", "compare_with"))
+    for key in ("torch_version", "deepspeed_version"):
+        pin = body.get(key, "")
+        if not isinstance(pin, str) or (pin and not _RELEASE.fullmatch(pin)):
+            raise bad(file, f"{where}.{key}", pin, "it must be one exact release to pin",
+                      "a release number such as '2.13.0' or '0.19.8'", f'write {key} = "X.Y.Z"')
+    if body.get("deepspeed_version") and body.get("deepspeed") is not True:
+        raise bad(file, where + ".deepspeed_version", body["deepspeed_version"],
+                  "it pins deepspeed in an environment that says deepspeed is absent",
+                  "deepspeed = true with a pin, or no pin", "write deepspeed = true, or drop the pin")
     if not isinstance(body.get("deepspeed"), bool):
         raise bad(
             file,
@@ -178,4 +218,8 @@ def parse_environment(file: Path, name: str, body: dict[str, Any]) -> Environmen
         extras=tuple(body.get("extras", [])),
         runs_on=tuple(body.get("runs_on", ["ubuntu-latest"])),
         markexpr=str(body.get("markexpr", "")),
+        torch_version=body.get("torch_version", ""),
+        deepspeed_version=body.get("deepspeed_version", ""),
+        sweep=bool(body.get("sweep", False)),
+        compare_with=str(body.get("compare_with", "")),
     )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.errors import SelectionError, explain
-from harness.spec.cell import Cell
+from harness.spec.cell import RESUME_SEPARATOR, Cell
 
 
 def _compile(expr: str, flag: str) -> Callable[[Callable[..., bool]], bool]:
@@ -74,3 +74,10 @@ def select(cells: list[Cell], keyword: str | None, markexpr: str | None) -> list
 def opt_in_requested(keyword: str | None, word: str) -> bool:
     """Opt-in cells (the canaries) join the candidates only when the -k text names their word."""
     return bool(keyword) and word.lower() in (keyword or "").lower()
+
+
+def resume_requested(keyword: str | None, markexpr: str | None) -> bool:
+    """Resume cells (opt-in) join the candidates when -k or -m names `resume`, or -k names a
+    resume id (only those hold the ':' between source and destination)."""
+    words = f"{keyword or ''} {markexpr or ''}".lower()
+    return "resume" in words or RESUME_SEPARATOR in (keyword or "")

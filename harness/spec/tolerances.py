@@ -1,13 +1,20 @@
 """The comparison tolerances of matrix.toml's [tolerances.<precision>.<family>]: family "plain"
 for single/ddp, "zero" for the DeepSpeed stages, each entry with the measurement behind it.
 
+An entry may hold sharper tolerances for one kind of quantity, as sub-tables
+[tolerances.<precision>.<family>.<kind>] with kind "losses", "eval" (gathered eval outputs) or
+"state_dict" (final weights), each with its own rtol, atol and measured reason: the per-step
+losses of a half-precision run, for one, stay far closer to the golden than its eval logits, and
+the entry's tolerance, sized for the logits, would let a loss bug through.
+
 Parsed and validated once, with the rest of the matrix (harness.spec.matrix): a run judges every
 cell with the tolerances of the matrix it was given, never with another file's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +23,8 @@ from harness.spec.cell import PRECISIONS, STRATEGIES
 from harness.spec.tolerance_entry import read_entry
 
 FAMILIES = {"single": "plain", "ddp": "plain", "zero1": "zero", "zero2": "zero", "zero3": "zero"}
+# The kinds a comparison's quantity name starts with ("losses", "eval/logits", "state_dict/w").
+QUANTITY_KINDS = ("losses", "eval", "state_dict")
 
 
 @dataclass(frozen=True)
@@ -25,6 +34,12 @@ class Tolerance:
     rtol: float
     atol: float
     reason: str
+    # Sharper tolerances for a kind of quantity (QUANTITY_KINDS); the others use this entry's.
+    quantities: Mapping[str, Tolerance] = field(default_factory=dict, compare=False)
+
+    def for_quantity(self, quantity: str) -> Tolerance:
+        """The tolerance for a comparison named `quantity` (e.g. "eval/logits")."""
+        return self.quantities.get(quantity.split("/", 1)[0], self)
 
 
 LR_TOLERANCE = Tolerance(precision="any", family="any", rtol=1e-9, atol=0.0,
@@ -67,5 +82,21 @@ def parse_tolerances(source: Path, table: Any) -> ToleranceTable:
                 raise ToleranceError(explain(where, "not a strategy family", sorted(set(FAMILIES.values())),
                                              "use plain (single/ddp) or zero (zero1-3)"))
             rtol, atol, reason = read_entry(entry, where, [f"{precision}.{family}"], ToleranceError)
-            entries[(precision, family)] = Tolerance(precision, family, rtol, atol, reason)
+            quantities = _quantity_entries(entry, where, precision, family)
+            entries[(precision, family)] = Tolerance(precision, family, rtol, atol, reason, quantities)
     return ToleranceTable(source, entries)
+
+
+def _quantity_entries(entry: dict[str, Any], where: str, precision: str, family: str) -> dict[str, Tolerance]:
+    extra = sorted(set(entry) - {"rtol", "atol", "reason"})
+    unknown = [key for key in extra if key not in QUANTITY_KINDS]
+    if unknown:
+        raise ToleranceError(explain(
+            f"{where}: key(s) {', '.join(map(repr, unknown))}", "not rtol/atol/reason nor a kind of quantity",
+            ["rtol", "atol", "reason", *QUANTITY_KINDS], "remove the key, or name one of the quantity kinds"))
+    quantities = {}
+    for kind in extra:
+        sub = f"[tolerances.{precision}.{family}.{kind}] in {where.split(' in ', 1)[-1]}"
+        rtol, atol, reason = read_entry(entry[kind], sub, [f"{precision}.{family}.{kind}"], ToleranceError)
+        quantities[kind] = Tolerance(precision, f"{family}.{kind}", rtol, atol, reason)
+    return quantities

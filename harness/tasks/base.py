@@ -72,6 +72,10 @@ class Task:
     # fp16 only: the optimizer step (0-based) whose gradients are made non-finite, to prove that
     # loss scaling skips that step and lowers the scale. Ignored for fp32/bf16.
     inject_overflow_step: int | None = None
+    # Clip the global L2 gradient norm to this before every optimizer step, through
+    # `accelerator.clip_grad_norm_` in the user loop and torch.nn.utils.clip_grad_norm_ in the
+    # golden. None: no clipping.
+    max_grad_norm: float | None = None
 
     def __post_init__(self) -> None:
         if self.train_size % self.global_batch_size:

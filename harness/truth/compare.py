@@ -20,7 +20,8 @@ from harness.truth.record import Record
 def compare_record(record: Record, golden: Record, tolerance: Tolerance) -> list[Comparison]:
     """Every quantity the golden has (and anything the record has that it lacks)."""
     out = [
-        _values("losses", torch.tensor(record.losses), torch.tensor(golden.losses), tolerance, "step"),
+        _values("losses", torch.tensor(record.losses), torch.tensor(golden.losses),
+                tolerance.for_quantity("losses"), "step"),
         # Learning rates are Python floats set by the scheduler, whatever the precision or backend:
         # any difference is a step taken at the wrong time, so they get no precision allowance.
         _values("lrs", _lrs(record), _lrs(golden), LR_TOLERANCE, "optimizer step"),
@@ -39,7 +40,7 @@ def compare_record(record: Record, golden: Record, tolerance: Tolerance) -> list
             elif key not in theirs:
                 out.append(_absent(name, tolerance, "in the record but not in the golden"))
             else:
-                out.append(_values(name, mine[key], theirs[key], tolerance, "index"))
+                out.append(_values(name, mine[key], theirs[key], tolerance.for_quantity(prefix), "index"))
     return out
 
 
@@ -113,13 +114,21 @@ def _where(flat: int, shape: torch.Size, unit: str) -> str:
     return f"{unit} {position[0]}" + (f" (param group {position[1]})" if len(position) > 1 else "")
 
 
-def diagnose(cell_id: str, comparisons: list[Comparison], record: Record | None) -> str:
-    """One sentence: what left tolerance first and where, then how the loss scale moved."""
+def diagnose(cell_id: str, comparisons: list[Comparison], record: Record | None,
+             buffers: frozenset[str] = frozenset(), first_loss_moved: bool = False) -> str:
+    """One sentence: what left tolerance first and where, then how the loss scale moved.
+
+    `buffers`: the state-dict keys that are the model's buffers (BatchNorm's running statistics),
+    named "buffers" rather than "weights". `first_loss_moved`: the step-0 loss differs from the
+    golden's beyond fp32 noise, even if within this cell's tolerance. A multi-process run whose
+    step-0 loss differs (the forward pass, before any update) while a buffer is off points at
+    statistics computed per rank."""
+    cell: Cell | None
     try:
         cell = Cell.from_id(cell_id)
         prefix = f"{cell.strategy} {cell.precision}"
     except ValueError:
-        prefix = cell_id
+        cell, prefix = None, cell_id
     if record is not None and record.fingerprint.emulated:
         prefix += " (emulated)"
     failing = [c for c in comparisons if not c.ok]
@@ -128,23 +137,54 @@ def diagnose(cell_id: str, comparisons: list[Comparison], record: Record | None)
         tail = f" (closest: {worst.quantity} at {worst.tolerance_used:.0%} of tolerance)" if worst else ""
         parts = [f"all {len(comparisons)} quantities within tolerance{tail}"]
     else:
-        parts = _failures(failing)
+        parts = _failures(failing, buffers)
+        cause = _per_rank_statistics(failing, buffers, cell, first_loss_moved)
+        if cause:
+            parts.append(cause)
     if record is not None:
         parts.extend(_scale_story(record))
     return f"{prefix}: " + "; ".join(parts)
 
 
-def _failures(failing: list[Comparison]) -> list[str]:
+PER_RANK_STATISTICS = (
+    "likely cause: per-rank batch statistics (a buffer computed from each rank's share of the batch, "
+    "e.g. BatchNorm without sync_batchnorm, differs from the single-process golden's full-batch one)"
+)
+
+
+def _per_rank_statistics(failing: list[Comparison], buffers: frozenset[str], cell: Cell | None,
+                         first_loss_moved: bool) -> str:
+    """A step-0 loss divergence together with a buffer out of tolerance, on several processes:
+    the forward pass already differs before any weight was updated, and what differs is state the
+    forward computes from the batch (running statistics), not the weights. (In bf16 the step-0
+    difference may hide inside the tolerance, hence `first_loss_moved`.)"""
+    if cell is None or cell.processes < 2:
+        return ""
+    loss_at_start = first_loss_moved or any(
+        c.quantity == "losses" and c.first_divergence == "step 0" for c in failing)
+    buffer_off = any(_is_buffer(c.quantity, buffers) for c in failing)
+    return PER_RANK_STATISTICS if loss_at_start and buffer_off else ""
+
+
+def _is_buffer(quantity: str, buffers: frozenset[str]) -> bool:
+    prefix, _, name = quantity.partition("/")
+    return prefix == "state_dict" and name in buffers
+
+
+def _failures(failing: list[Comparison], buffers: frozenset[str] = frozenset()) -> list[str]:
     parts: list[str] = []
     by_kind: dict[str, list[Comparison]] = {}
     for c in failing:
-        by_kind.setdefault(c.quantity.split("/")[0], []).append(c)
+        kind = c.quantity.split("/")[0]
+        if kind == "state_dict":  # the model's buffers (running statistics) apart from its weights
+            kind = "buffers" if _is_buffer(c.quantity, buffers) else "weights"
+        by_kind.setdefault(kind, []).append(c)
     for c in by_kind.get("losses", []) + by_kind.get("lrs", []):
         what = "loss" if c.quantity == "losses" else "learning rate"
         parts.append(f"{what} leaves tolerance at {c.first_divergence} ({_size(c)})" + _note(c))
     for c in by_kind.get("skipped_steps", []):
         parts.append(f"skipped steps differ from the golden's ({c.note})")
-    for kind, label in (("state_dict", "final weights"), ("eval", "eval outputs")):
+    for kind, label in (("weights", "final weights"), ("buffers", "final buffers"), ("eval", "eval outputs")):
         group = sorted(by_kind.get(kind, []), key=lambda c: -c.tolerance_used)
         if group:
             head = group[0]

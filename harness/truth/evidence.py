@@ -2,19 +2,29 @@
 ZeRO-3 bf16 and silently ran DDP fp32 must fail for that, even when its numbers land inside the
 bf16 tolerance of the golden (they do: fp32 results are within bf16 tolerance of bf16 goldens).
 
-The evidence comes from the rank (harness.rank.evidence): the strategy object, world size and
-device, the DeepSpeed engine's ZeRO stage and partitioned parameters, the dtype the first
-Linear layer computed in, and the loss scales the run recorded.
+The evidence comes from the rank (harness.rank.evidence, harness.rank.collectives): the strategy
+object, world size and device, the DeepSpeed engine's ZeRO stage, partitioned parameters and the
+settings in force, the dtype the first Linear layer computed in and the dtype of the first gradient
+that flowed back into a Linear layer, how gradients were reduced across ranks, and the loss
+scales the run recorded. Each check below returns one sentence, or None when that piece agrees;
+the first sentence fails the cell.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from harness.spec.cell import Cell
 from harness.truth.record import Record
 
 ACTIVATION_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+# The torch.distributed calls that reduce gradients (DeepSpeed's road; DDP's reducer is C++ and
+# is judged by gradient agreement instead).
+GRADIENT_REDUCTIONS = ("all_reduce", "all_reduce_coalesced", "reduce_scatter", "reduce_scatter_tensor",
+                       "reduce")
+
+Check = Callable[[Cell, Record, dict[str, Any], str], "str | None"]
 
 
 def evidence_mismatch(cell: Cell, record: Record) -> str | None:
@@ -23,6 +33,14 @@ def evidence_mismatch(cell: Cell, record: Record) -> str | None:
     if not isinstance(evidence, dict):
         return "the record carries no evidence of what ran (made by another harness version?)"
     asked = f"asked for {cell.strategy} {cell.precision} on {cell.device}{cell.processes}"
+    for check in CHECKS:
+        found = check(cell, record, evidence, asked)
+        if found is not None:
+            return found
+    return None
+
+
+def _backend(cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) -> str | None:
     deepspeed = evidence.get("deepspeed")
     if cell.is_deepspeed and deepspeed is None:
         return f"{asked}, the run had no DeepSpeed engine ({evidence.get('strategy_class')} ran)"
@@ -35,11 +53,81 @@ def evidence_mismatch(cell: Cell, record: Record) -> str | None:
             return f"{asked}, the engine ran ZeRO stage {deepspeed.get('zero_stage')}"
         if cell.zero_stage == 3 and not deepspeed.get("partitioned_parameters"):
             return f"{asked}, no parameter was partitioned ({deepspeed.get('parameters')} kept whole)"
+    return None
+
+
+def _engine_settings(cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) -> str | None:
+    """The DeepSpeed settings in force (defaults included) that would train differently from the
+    plain loop: a clip the loop never asked for, the other half precision, another accumulation."""
+    in_force = (evidence.get("deepspeed") or {}).get("in_force")
+    if not isinstance(in_force, dict):
+        return None  # no engine, or a record from before this evidence existed
+    clipping = in_force.get("gradient_clipping")
+    if clipping:
+        # The loop clips through accelerator.clip_grad_norm_, one step at a time; the engine's
+        # config must not clip every step on its own (DeepSpeed's documented default is 1.0).
+        return f"{asked}, the engine clips every step at {clipping:g} (gradient_clipping in force)"
+    for key, wanted in (("fp16_enabled", cell.precision == "fp16"),
+                        ("bf16_enabled", cell.precision == "bf16")):
+        if key in in_force and bool(in_force[key]) != wanted:
+            return f"{asked}, the engine ran with {key}={in_force[key]}"
+    from harness.tasks import get_task
+
+    steps = get_task(cell.task).gradient_accumulation_steps
+    if in_force.get("gradient_accumulation_steps", steps) != steps:
+        return (f"{asked}, the engine accumulated over {in_force['gradient_accumulation_steps']} "
+                f"micro-steps, the task over {steps}")
+    return None
+
+
+def _gradient_reduction(cell: Cell, record: Record, evidence: dict[str, Any], asked: str) -> str | None:
+    counts = evidence.get("collectives")
+    if cell.processes < 2 or not isinstance(counts, dict):
+        return None  # one process reduces nothing; older records carry no counts
+    deepspeed = evidence.get("deepspeed")
+    if deepspeed is not None:
+        # Every optimizer step reduces at least its trainable elements once (more with
+        # accumulation or padding); the one-element all-reduces of a norm or an overflow flag
+        # do not add up to that.
+        elements = evidence.get("collective_elements") or {}
+        reduced = sum(int(elements.get(name, 0)) for name in GRADIENT_REDUCTIONS)
+        # A resumed run's record holds the whole run; its collectives are the destination's only.
+        resumed = evidence.get("resume") or {}
+        done_before = resumed.get("resumed_after_step", 0) if isinstance(resumed, dict) else 0
+        steps = len(record.lrs) - int(done_before)
+        needed = int(deepspeed.get("trainable_elements", deepspeed.get("full_elements", 0))) * steps
+        if reduced < needed:
+            return (f"{asked}, gradients were not reduced across ranks on every step ({reduced} "
+                    f"elements all-reduced or reduce-scattered in backward and optimizer.step, "
+                    f"fewer than {needed} = trainable elements x {steps} steps; calls: {counts or 'none'})")
+        return None
+    agreed = evidence.get("gradients_agreed")
+    if not isinstance(agreed, dict):
+        return f"{asked}, the record does not say whether the ranks' gradients agreed"
+    if agreed.get("agreed") != agreed.get("steps"):
+        return (f"{asked}, gradients were never all-reduced: the ranks held different gradients at "
+                f"{agreed.get('steps', 0) - agreed.get('agreed', 0)} of {agreed.get('steps')} "
+                "optimizer steps")
+    return None
+
+
+def _dtypes(cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) -> str | None:
+    wanted = ACTIVATION_DTYPES[cell.precision]
     activations = evidence.get("activation_dtype")
-    if activations is not None and activations != ACTIVATION_DTYPES[cell.precision]:
+    if activations is not None and activations != wanted:
         return f"{asked}, the first Linear layer computed in {activations}"
+    gradients = evidence.get("activation_grad_dtype")
+    if gradients is not None and gradients != wanted:
+        return f"{asked}, the gradient flowing back into a Linear layer's output was {gradients}"
+    return None
+
+
+def _loss_scaler(cell: Cell, record: Record, _evidence: dict[str, Any], asked: str) -> str | None:
     if cell.precision == "fp16" and not record.loss_scales:
         return f"{asked}, no loss scaler ran (no loss scale recorded)"
     if cell.precision != "fp16" and record.loss_scales:
         return f"{asked}, a loss scaler ran ({len(record.loss_scales)} loss scales recorded)"
     return None
+
+
+CHECKS: tuple[Check, ...] = (_backend, _engine_settings, _gradient_reduction, _dtypes, _loss_scaler)

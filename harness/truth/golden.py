@@ -1,5 +1,9 @@
-"""Golden baselines: `matrix/golden/<task>-<precision>.{safetensors,json}`, made by the plain
-PyTorch reference and checked in.
+"""Golden baselines: `<task>-<precision>.{safetensors,json}` in `golden/` beside the matrix file
+(the repository's: `matrix/golden/`), made by the plain PyTorch reference and checked in.
+
+A user's matrix elsewhere keeps its goldens in its own `golden/` (`--matrix path/to/matrix.toml`
+reads and `golden --update` writes `path/to/golden/`); a built-in task's golden that is not there
+is read from the harness's own `matrix/golden/`, where it ships.
 
 A golden is a Record whose JSON `meta.golden` also holds the task's definition hash, the sha256 of
 its data and the seed. Loading one verifies the tensors' sha256 (Record.load) and that it was
@@ -13,29 +17,56 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.errors import GoldenError, RecordError, explain
-from harness.paths import GOLDEN_DIR
+from harness.paths import GOLDEN_DIR, golden_dir_for, is_default_matrix
 from harness.spec.cell import PRECISIONS
 from harness.tasks import get_task, task_names
 from harness.tasks.base import Task
+from harness.tasks.registry import is_builtin
 from harness.truth.golden_check import GoldenCheck, judge_regeneration, short_repr
 from harness.truth.golden_generation import generate
 from harness.truth.record import Record
 from harness.truth.regeneration import REGENERATION_TABLE, regeneration_tolerance
 
 
-def _fix_update(task_name: str, precision: str) -> str:
-    return (f"regenerate it with `python -m harness golden --update --task {task_name} --precision "
-            f"{precision}` (and review the diff)")
+def update_command(task_name: str, precision: str | None = None, matrix_path: Path | None = None) -> str:
+    """The exact command that rewrites this golden only (its task, its precision, its matrix)."""
+    command = f"python -m harness golden --update --task {task_name}"
+    if precision is not None:
+        command += f" --precision {precision}"
+    if not is_default_matrix(matrix_path):
+        command += f" --matrix {matrix_path}"
+    return command
 
 
+def _fix_update(task_name: str, precision: str, matrix_path: Path | None = None) -> str:
+    return f"regenerate it with `{update_command(task_name, precision, matrix_path)}` (and review the diff)"
 
 
 def golden_stem(task_name: str, precision: str, golden_dir: Path | None = None) -> Path:
+    """Where this golden is written (and, for a user's task, read)."""
     return (golden_dir or GOLDEN_DIR) / f"{task_name}-{precision}"
 
 
-def load_golden(task_name: str, precision: str, golden_dir: Path | None = None) -> Record:
+def golden_stem_to_read(task_name: str, precision: str, golden_dir: Path | None = None) -> Path:
+    """Where this golden is read: beside the matrix; for a built-in task without a golden there,
+    the harness's own (it ships with the harness)."""
     stem = golden_stem(task_name, precision, golden_dir)
+    if golden_dir is None or stem.with_name(stem.name + ".json").exists():
+        return stem
+    try:
+        builtin = is_builtin(get_task(task_name))
+    except KeyError:
+        return stem
+    return golden_stem(task_name, precision, None) if builtin else stem
+
+
+def load_golden(task_name: str, precision: str, golden_dir: Path | None = None, *,
+                matrix_path: Path | None = None) -> Record:
+    """The golden of `task_name` at `precision`, verified. `matrix_path` (the matrix in use)
+    decides the folder (`golden/` beside it) and the fix a refusal names; `golden_dir` overrides
+    the folder."""
+    golden_dir = golden_dir if golden_dir is not None else golden_dir_for(matrix_path)
+    stem = golden_stem_to_read(task_name, precision, golden_dir)
     try:
         task = get_task(task_name)
     except KeyError as exc:
@@ -46,9 +77,9 @@ def load_golden(task_name: str, precision: str, golden_dir: Path | None = None) 
     if not stem.with_name(stem.name + ".json").exists():
         raise GoldenError(explain(f"golden {stem}.json", f"there is no golden for task "
                                   f"{task_name!r} at {precision}", "an existing golden file",
-                                  _fix_update(task_name, precision)))
+                                  _fix_update(task_name, precision, matrix_path)))
     try:
-        record = Record.load(stem, fix=_fix_update(task_name, precision))
+        record = Record.load(stem, fix=_fix_update(task_name, precision, matrix_path))
     except RecordError as exc:
         raise GoldenError(f"golden {stem.name} is unusable (truncated or tampered with?): {exc}") from None
     meta = record.meta.get("golden", {})
@@ -65,25 +96,28 @@ def load_golden(task_name: str, precision: str, golden_dir: Path | None = None) 
                 f"golden {stem.name}: {what} {short_repr(found)}",
                 f"the task {task_name!r} as defined now has {short_repr(expected)}: the golden was made "
                 "for another task definition (the task's code, fields or data changed since)",
-                "a golden made from the current task", _fix_update(task_name, precision)))
+                "a golden made from the current task", _fix_update(task_name, precision, matrix_path)))
     return record
 
 
 def check_goldens(tasks: Iterable[str] | None = None, precisions: Iterable[str] | None = None,
-                  golden_dir: Path | None = None) -> list[GoldenCheck]:
+                  golden_dir: Path | None = None, *, matrix_path: Path | None = None) -> list[GoldenCheck]:
     """Regenerate (deterministic mode, one child process) and judge each golden against it."""
+    golden_dir = golden_dir if golden_dir is not None else golden_dir_for(matrix_path)
     pairs = _selection(tasks, precisions)
     fresh = generate(pairs)
-    return [judge_regeneration(golden_stem(name, precision, golden_dir), fresh[(name, precision)],
+    return [judge_regeneration(golden_stem_to_read(name, precision, golden_dir), fresh[(name, precision)],
                                regeneration_tolerance(precision, _regeneration_table(golden_dir)))
             for name, precision in pairs]
 
 
 def update_goldens(tasks: Iterable[str] | None = None, precisions: Iterable[str] | None = None,
-                   golden_dir: Path | None = None) -> list[GoldenCheck]:
+                   golden_dir: Path | None = None, *, matrix_path: Path | None = None) -> list[GoldenCheck]:
     """Rewrite the goldens that are new or changed (not those reproduced bit for bit or within
     the regeneration tolerance: rewriting those would only trade one machine's last bits for
-    another's); return every check, the rewritten ones marked `rewritten`."""
+    another's); return every check, the rewritten ones marked `rewritten`. They are written
+    beside the matrix (`matrix_path`), or into `golden_dir`."""
+    golden_dir = golden_dir if golden_dir is not None else golden_dir_for(matrix_path)
     pairs = _selection(tasks, precisions)
     fresh = generate(pairs)
     checks = []
@@ -99,7 +133,7 @@ def update_goldens(tasks: Iterable[str] | None = None, precisions: Iterable[str]
 
 
 def owned_golden_pairs() -> list[tuple[str, str]]:
-    """Every (task, precision) that has a golden of its own."""
+    """Every (built-in task, precision) that has a golden of its own."""
     return _selection(None, None)
 
 
@@ -110,14 +144,19 @@ def owns_golden(task: Task) -> bool:
 
 
 def _selection(tasks: Iterable[str] | None, precisions: Iterable[str] | None) -> list[tuple[str, str]]:
-    names = list(tasks) if tasks is not None else [n for n in task_names() if owns_golden(get_task(n))]
+    # Default: the harness's own tasks; a user's matrix names its tasks (harness.cli.golden).
+    names = list(tasks) if tasks is not None else [
+        n for n in task_names() if owns_golden(get_task(n)) and is_builtin(get_task(n))]
     chosen = list(precisions) if precisions is not None else list(PRECISIONS)
     for precision in chosen:
         if precision not in PRECISIONS:
             raise GoldenError(explain(f"precision {precision!r}", "goldens exist per precision",
                                       PRECISIONS, "pick from these"))
     for name in names:
-        get_task(name)  # a clear KeyError naming the valid tasks
+        try:
+            get_task(name)
+        except KeyError as exc:  # names the valid tasks
+            raise GoldenError(str(exc.args[0])) from None
     return [(name, precision) for name in names for precision in chosen]
 
 

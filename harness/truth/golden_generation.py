@@ -23,7 +23,11 @@ cells run with. So the parent, in the ordinary mode like the cells, makes each t
 weights and data (`ReferenceInputs`) and hands them to the child, and the golden's
 `data_sha256` / `init_sha256` are the parent's: the golden starts exactly where the cells start.
 
-    python -m harness.truth.golden_generation [--native-kernels] OUT_DIR TASK:PRECISION [...]
+    python -m harness.truth.golden_generation [--native-kernels] [--import PATH ...] \\
+        OUT_DIR TASK:PRECISION [...]
+
+`--import PATH` (a user's task module or `module:Task`, harness.tasks.import_tasks) comes first
+for every task that is not built in, so the child has the same tasks as the parent.
 
 `--native-kernels` (with `generate(..., deterministic=False)`) makes them the ordinary way, with
 the kernels this CPU picks: only benchmarks/golden_portability.py uses it, to measure how far
@@ -44,8 +48,9 @@ import torch
 
 from harness.errors import GenerationError
 from harness.paths import REPO_ROOT
-from harness.tasks import get_task
+from harness.tasks import get_task, import_tasks
 from harness.tasks.base import Task, describe
+from harness.tasks.registry import import_paths_of
 from harness.truth.record import Record
 from harness.truth.reference import ReferenceInputs, train_reference
 
@@ -75,6 +80,8 @@ def generate(pairs: Sequence[tuple[str, str]], *, deterministic: bool = True,
         for name in sorted({task for task, _ in pairs}):
             torch.save(asdict(ReferenceInputs.of(get_task(name))), Path(scratch) / f"{name}.inputs.pt")
         flags = [] if deterministic else ["--native-kernels"]
+        for path in import_paths_of(sorted({task for task, _ in pairs})):
+            flags += ["--import", path]
         command = [sys.executable, "-m", "harness.truth.golden_generation", *flags, scratch,
                    *(f"{task}:{precision}" for task, precision in pairs)]
         environment = {**os.environ, **(DETERMINISTIC_ENVIRONMENT if deterministic else {}),
@@ -130,4 +137,7 @@ if __name__ == "__main__":
     arguments = sys.argv[1:]
     native = "--native-kernels" in arguments
     arguments = [a for a in arguments if a != "--native-kernels"]
+    while arguments[:1] == ["--import"]:
+        import_tasks([arguments[1]])
+        arguments = arguments[2:]
     _child(Path(arguments[0]), arguments[1:], deterministic=not native)

@@ -2,13 +2,16 @@
 
 It imports nothing from accelerate_core on purpose: a baseline made by the code under test would
 prove nothing. fp16 runs through `torch.autocast` + `torch.amp.GradScaler` (with the task's
-injected overflow), bf16 through `torch.autocast`, fp32 as is. The loop is the user loop.
+injected overflow), bf16 through `torch.autocast`, fp32 as is. The loop is the user loop, with
+the loss divided by the accumulation steps and a short last accumulation at the end of an epoch,
+and, for a task with `max_grad_norm`, torch.nn.utils.clip_grad_norm_ on the unscaled gradients
+before each optimizer step.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -37,8 +40,27 @@ class ReferenceInputs:
                    eval=task.eval_dataset().tensors)
 
 
+@dataclass(frozen=True)
+class ReferenceState:
+    """The reference's training state right after an optimizer step: what a checkpoint writer
+    (harness.truth.reference_checkpoint) saves."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler | None
+    epoch: int  # the epoch being iterated
+    batches_consumed: int  # batches of that epoch taken so far
+    optimizer_steps: int  # taken so far over the run
+
+
+# Stop after that many optimizer steps, handing the state to the callable (a checkpoint writer);
+# the Record then holds the losses, lrs, skips and loss scales so far, no eval, no weights.
+StopAt = tuple[int, Callable[[ReferenceState], None]]
+
+
 def train_reference(task: Task, precision: str, device: str = "cpu",
-                    inputs: ReferenceInputs | None = None) -> Record:
+                    inputs: ReferenceInputs | None = None, stop_at: StopAt | None = None) -> Record:
     if precision not in PRECISIONS:
         raise ValueError(
             f"precision {precision!r}: not a reference precision. Valid: {PRECISIONS}. "
@@ -46,10 +68,11 @@ def train_reference(task: Task, precision: str, device: str = "cpu",
         )
     with _single_thread(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(task.seed)
-        return _train(task, precision, torch.device(device), inputs or ReferenceInputs.of(task))
+        return _train(task, precision, torch.device(device), inputs or ReferenceInputs.of(task), stop_at)
 
 
-def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceInputs) -> Record:
+def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceInputs,
+           stop_at: StopAt | None = None) -> Record:
     model = task.build_model()
     model.load_state_dict(inputs.initial_state)
     model = model.to(device)
@@ -75,6 +98,11 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
             (scaler.scale(loss) if scaler is not None else loss).backward()
             if not boundary:
                 continue
+            if task.max_grad_norm is not None:
+                # As accelerator.clip_grad_norm_ does: unscale first (fp16), then clip the norm.
+                if scaler is not None:
+                    scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), task.max_grad_norm)
             lrs.append([group["lr"] for group in optimizer.param_groups])
             overflow = False
             if scaler is not None:
@@ -92,8 +120,14 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
             else:
                 scheduler.step()
             opt_step += 1
+            if stop_at is not None and opt_step == stop_at[0]:
+                stop_at[1](ReferenceState(model, optimizer, scheduler, scaler, _epoch, step + 1, opt_step))
+                break
+        if stop_at is not None and opt_step == stop_at[0]:
+            break
+    stopped = stop_at is not None and opt_step == stop_at[0]
     model.eval()
-    eval_outputs = _evaluate(task, model, device, precision, DictDataset(inputs.eval))
+    eval_outputs = {} if stopped else _evaluate(task, model, device, precision, DictDataset(inputs.eval))
     return Record(
         task=task.name,
         precision=precision,
@@ -102,7 +136,7 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
         skipped_steps=skipped,
         loss_scales=scales,
         eval_outputs=eval_outputs,
-        state_dict=model.state_dict(),
+        state_dict={} if stopped else model.state_dict(),
         fingerprint=Fingerprint.here(device=device.type, world_size=1, seed=task.seed,
                                      precision=precision, strategy="reference"),
     )

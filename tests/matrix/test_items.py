@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +23,11 @@ from tests.matrix.session import REPO_ROOT, MatrixSession
 def matrix_copy(tmp_path: Path) -> Path:
     """The real matrix.toml with two registered tasks, so the test holds however the task list changes."""
     text = (REPO_ROOT / "matrix" / "matrix.toml").read_text()
-    lines = [
-        'task = ["regression", "classifier"]' if line.startswith("task = ") else line
-        for line in text.splitlines()
-    ]
+    # The task array may span lines: replace it whole, up to its closing bracket.
+    text, replaced = re.subn(r"(?ms)^task = \[.*?\]", 'task = ["regression", "classifier"]', text, count=1)
+    assert replaced == 1, "matrix.toml has no `task = [...]` axis to narrow"
     path = tmp_path / "matrix.toml"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(text)
     return path
 
 

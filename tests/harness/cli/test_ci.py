@@ -12,6 +12,10 @@ from harness.cli.ci import (
     HEADER,
     MERGE_JOB,
     REPO_ROOT,
+    SWEEP_CRON,
+    SWEEP_DIR,
+    SWEEP_MERGE_JOB,
+    SWEEP_ONLY,
     TORCH,
     WORKFLOW,
     render_workflows,
@@ -39,11 +43,20 @@ def test_rendered_file_keeps_the_header_the_key_order_and_a_key_named_on() -> No
     assert list(data) == ["name", "on", "concurrency", "permissions", "jobs"]
 
 
+def _regular() -> dict:  # type: ignore[type-arg]
+    return {name: env for name, env in load_matrix().environments.items() if not env.sweep}
+
+
+def _sweep() -> dict:  # type: ignore[type-arg]
+    return {name: env for name, env in load_matrix().environments.items() if env.sweep}
+
+
 def test_one_job_per_environment_on_its_runner_labels() -> None:
     environments = load_matrix().environments
     jobs = workflow()["jobs"]
-    assert sorted(jobs) == sorted([*(name.replace("_", "-") for name in environments), MERGE_JOB])
-    for name, env in environments.items():
+    expected = [*(name.replace("_", "-") for name in environments), MERGE_JOB]
+    assert sorted(jobs) == sorted(expected + ([SWEEP_MERGE_JOB] if _sweep() else []))
+    for name, env in _regular().items():
         job = jobs[name.replace("_", "-")]
         assert job["runs-on"] == list(env.runs_on)
         matrix_step = next(s for s in job["steps"] if s.get("name") == "Matrix")
@@ -54,7 +67,10 @@ def test_one_job_per_environment_on_its_runner_labels() -> None:
 
 
 def test_every_job_installs_pinned_torch_before_the_project() -> None:
-    for job in workflow()["jobs"].values():
+    sweep_jobs = {name.replace("_", "-") for name in _sweep()}  # nox installs theirs (pinned)
+    for job_name, job in workflow()["jobs"].items():
+        if job_name in sweep_jobs:
+            continue
         install = next(s for s in job["steps"] if s.get("name", "").startswith("Install"))["run"]
         torch_at = install.index(f"pip install {TORCH}")
         project_at = install.index("pip install -e")
@@ -64,8 +80,7 @@ def test_every_job_installs_pinned_torch_before_the_project() -> None:
 
 
 def test_extras_follow_deepspeed_flag_of_each_environment() -> None:
-    environments = load_matrix().environments
-    for name, env in environments.items():
+    for name, env in _regular().items():
         install = next(
             s for s in workflow()["jobs"][name.replace("_", "-")]["steps"] if "Install" in s.get("name", "")
         )["run"]
@@ -112,9 +127,10 @@ def test_to_yaml_round_trips_through_a_yaml_parser(value: dict[str, object]) -> 
 def test_a_final_job_merges_the_reports_of_every_cpu_environment() -> None:
     environments = load_matrix().environments
     jobs = workflow()["jobs"]
-    assert list(jobs)[-1] == MERGE_JOB, "the merge job comes last"
+    order = list(jobs)
+    assert order.index(MERGE_JOB) > max(order.index(n.replace("_", "-")) for n in _regular())
     job = jobs[MERGE_JOB]
-    cpu = [name for name, env in environments.items() if env.device == "cpu"]
+    cpu = [name for name, env in environments.items() if env.device == "cpu" and not env.sweep]
     assert sorted(job["needs"]) == sorted(name.replace("_", "-") for name in cpu)
     assert set(job["needs"]) == {"nodeepspeed", "deepspeed"}
     assert job["if"] == "${{ !cancelled() }}", "a failing environment job must not hide the merged report"
@@ -134,3 +150,52 @@ def test_a_final_job_merges_the_reports_of_every_cpu_environment() -> None:
     upload = next(s for s in job["steps"] if s.get("name") == "Upload merged report")
     assert upload["if"] == "always()" and upload["with"]["name"] == "report-merged"
     assert upload["with"]["path"] == "reports/merged"
+
+
+def test_the_version_sweep_runs_on_a_schedule_and_never_on_push_or_pull_request() -> None:
+    """The default CI keeps its time budget: sweep jobs run only when scheduled or started by hand,
+    each its environment's `nox -s versions(NAME)`, after the environment it compares with."""
+    sweep = _sweep()
+    assert sweep, "matrix.toml declares the version sweep's environments"
+    data = workflow()
+    assert data["on"]["schedule"] == [{"cron": SWEEP_CRON}]
+    jobs = data["jobs"]
+    for name, env in sweep.items():
+        job = jobs[name.replace("_", "-")]
+        assert SWEEP_ONLY in job["if"]
+        step = next(s for s in job["steps"] if s.get("name") == "Sweep")
+        assert step["run"] == f'nox -s "versions({name})"\n'
+        assert "download.pytorch.org/whl/cpu" in step["env"]["PIP_INDEX_URL"]
+        if env.compare_with:
+            assert job["needs"] == [env.compare_with.replace("_", "-")]
+            download = next(s for s in job["steps"] if s.get("name") == f"Records of {env.compare_with}")
+            assert download["with"]["path"] == f"{SWEEP_DIR}/{env.compare_with}"
+    regular = {name.replace("_", "-") for name in _regular()}
+    for job_name in regular:
+        assert "Sweep" not in [s.get("name") for s in jobs[job_name]["steps"]]
+    merge = jobs[SWEEP_MERGE_JOB]
+    assert sorted(merge["needs"]) == sorted(name.replace("_", "-") for name in sweep)
+    assert SWEEP_ONLY in merge["if"]
+    run = next(s for s in merge["steps"] if s.get("name") == "Merge")["run"]
+    assert all(f"{SWEEP_DIR}/{name}" in run for name in sweep)
+
+
+def test_sweep_environments_pin_exact_releases_and_compare_with_a_sweep_environment() -> None:
+    sweep = _sweep()
+    for name, env in sweep.items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", env.torch_version), name
+        assert re.fullmatch(r"\d+\.\d+\.\d+", env.deepspeed_version), name
+        assert "deepspeed" not in env.extras, f"{name}: the pin replaces the declared range"
+        assert not env.compare_with or env.compare_with in sweep, name
+
+
+def test_a_pin_that_is_not_one_release_is_refused_at_load(tmp_path: Path) -> None:
+    text = (REPO_ROOT / "matrix" / "matrix.toml").read_text()
+    changed = text.replace('deepspeed_version = "0.16.9"', 'deepspeed_version = ">=0.16"')
+    assert changed != text
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(changed)
+    from harness.errors import MatrixError
+
+    with pytest.raises(MatrixError, match=r"deepspeed_0_16\]\.deepspeed_version.*one exact release"):
+        load_matrix(matrix)

@@ -42,6 +42,8 @@ def test_worker_runs_cells_in_order_and_leaves_status_record_pid_and_log(tmp_pat
         record = Record.load(tmp_path / "records" / cell_id)
         assert record.task == "regression" and len(record.losses) == 8
     assert int((tmp_path / "pids" / "rank0").read_text()) > 0
+    warm_up = json.loads((tmp_path / "status" / "warm_up.json").read_text())  # start-up, apart
+    assert warm_up["seconds"] > 0 and "deepspeed_ops_s" not in warm_up  # no DeepSpeed cell: no op built
     log = (tmp_path / "logs" / "rank0.log").read_text()
     assert log.index(f"cell {ids[0]} starts") < log.index(f"cell {ids[1]} starts")
     assert done.stdout == ""  # everything went to the rank's log, at the fd level

@@ -227,3 +227,53 @@ def test_bad_inputs_exit_2_with_what_why_valid_and_fix(
     assert expected in message
     assert "Valid: " in message and "Fix: " in message
     assert not (tmp_path / "merged").exists(), "nothing is written for bad input"
+
+
+def _sweep_env(directory: Path, name: str, deepspeed: str, supported: bool, fail: bool,
+               gate_on: bool = True) -> Path:
+    """A version-sweep environment's report dir, as `nox -s versions` leaves it."""
+    from harness.versions.behaviours import BY_KEY, Observation, classify, write_behaviours
+    from harness.versions.status import write_status
+
+    write_env(directory, name, deepspeed=True, fail=fail)
+    reason = "" if supported else f"refused by the core: deepspeed {deepspeed} is installed"
+    write_status(directory, {"torch": "2.13.0+cpu", "deepspeed": deepspeed, "supported": supported,
+                             "stage": "" if supported else "core", "reason": reason})
+    scalar = BY_KEY["zero_dim_broadcast"]
+    error = "RuntimeError: self.dim() cannot be 0 to view"
+    seen = [Observation(scalar.key, 1, False, error, gate_on=gate_on)]
+    write_behaviours(directory, {"deepspeed": deepspeed}, [classify(scalar, seen)])
+    (directory / "sweep_times.json").write_text(json.dumps({"install": 1.0, "op build": 60.0, "cells": 30.0}))
+    return directory
+
+
+def test_a_version_sweep_merge_has_the_version_and_behaviour_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refused release's failing cells are its finding (measured with the override), not a
+    regression of the merge; the supported one's pass; both tables are in report.json and .md."""
+    new = _sweep_env(tmp_path / "new", "deepspeed_0_19", "0.19.8", supported=True, fail=False)
+    old = _sweep_env(tmp_path / "old", "deepspeed_0_16", "0.16.9", supported=False, fail=True)
+    out = tmp_path / "merged"
+    assert merge(new, old, "--out", out) == 0, capsys.readouterr().out
+    data = json.loads((out / "report.json").read_text())
+    rows = {row["environment"]: row for row in data["versions"]}
+    assert rows["deepspeed_0_19"]["status"] == "supported" and rows["deepspeed_0_19"]["failed"] == 0
+    old_row = rows["deepspeed_0_16"]
+    assert old_row["status"] == "not supported" and old_row["failed"] == 1
+    assert "refused by the core" in old_row["reason"]
+    assert "first failing cell regression-cpu2-zero1-fp32" in old_row["reason"]
+    assert old_row["seconds"] == {"install": 1.0, "op build": 60.0, "cells": 30.0}
+    assert data["behaviours"]["deepspeed_0_16"]["behaviours"][0]["verdict"] == "present"
+    md = (out / "report.md").read_text()
+    assert "### Versions" in md
+    assert "| `deepspeed_0_16` | 2.13.0+cpu | 0.16.9 | not supported | 3 | 1 | 91 " in md
+    assert "### DeepSpeed behaviours by version" in md and "present, patch on" in md
+
+
+def test_a_core_patch_gate_that_disagrees_with_its_reproduction_fails_the_merge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    new = _sweep_env(tmp_path / "new", "deepspeed_0_19", "0.19.8", supported=True, fail=False, gate_on=False)
+    assert merge(new, "--out", tmp_path / "merged") == 1
+    assert "gate disagrees with DeepSpeed: deepspeed_0_19: zero_dim_broadcast" in capsys.readouterr().out

@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from harness.run.runner import RunOptions, launch_group_key, run_cells
+from harness.run.runner import RunOptions, launch_group_key, read_startup, run_cells, startup_line
 from harness.spec.cell import Cell
-from harness.spec.matrix import Expected, Match
-from harness.truth.judge import apply_expected, cross_environment, new_result
-from harness.truth.outcome import CellResult, Status
+from harness.truth.judge import cross_environment
+from harness.truth.outcome import CellResult, Failure, Status
 from harness.truth.record import Record
 from tests.harness.runner_helpers import assert_no_leftovers
 
 pytestmark = pytest.mark.slow  # real torchrun launches: seconds each
 
 IDS = [
-    "nosuchtask-cpu1-single-fp32",  # raises in the worker: `error`, and the group goes on afresh
-    "canary_nan-cpu1-single-fp32",  # fails its comparison: the cell after it gets a fresh launch
+    "nosuchtask-cpu1-single-fp32",  # no such task: `error` without a launch
+    "canary_raise-cpu1-single-fp32",  # raises in training: `failed` with its traceback; ends its launch
+    "canary_leak_set-cpu1-single-fp32",  # passes, but leaves a process-wide setting behind ...
+    "canary_leak-cpu1-single-fp32",  # ... which makes this one fail; alone, it passes
+    "canary_nan-cpu1-single-fp32",  # fails its comparison: the launch goes on; confirmed by a rerun
     "regression-cpu1-single-fp32",
+    "dropout-cpu1-single-fp32",  # draws random numbers in training; one process: matches the golden
     "regression-cpu2-ddp-fp32",
+    "dropout-cpu2-ddp-fp32",  # two processes: failed for its randomness (declared expected: xfailed)
     "regression-cuda2-ddp-fp32",  # no CUDA here: skipped with a sentence
 ]
 
@@ -49,37 +54,65 @@ def grouped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[CellRe
 def test_every_requested_cell_has_a_result_in_order(grouped: tuple[Path, list[CellResult], Recorder]) -> None:
     report_dir, results, recorder = grouped
     assert [r.id for r in results] == IDS
-    status = {r.id: r.status for r in results}
+    status = {r.id: (r.status, r.failure) for r in results}
     assert status == {
-        "nosuchtask-cpu1-single-fp32": Status.ERROR,
-        "regression-cpu1-single-fp32": Status.PASSED,
-        "canary_nan-cpu1-single-fp32": Status.FAILED,
-        "regression-cpu2-ddp-fp32": Status.PASSED,
-        "regression-cuda2-ddp-fp32": Status.SKIPPED,
+        "nosuchtask-cpu1-single-fp32": (Status.ERROR, None),
+        "canary_raise-cpu1-single-fp32": (Status.FAILED, Failure.EXCEPTION),
+        "canary_leak_set-cpu1-single-fp32": (Status.PASSED, None),
+        "canary_leak-cpu1-single-fp32": (Status.FAILED, Failure.DIVERGENCE),
+        "canary_nan-cpu1-single-fp32": (Status.FAILED, Failure.DIVERGENCE),
+        "regression-cpu1-single-fp32": (Status.PASSED, None),
+        "dropout-cpu1-single-fp32": (Status.PASSED, None),
+        "regression-cpu2-ddp-fp32": (Status.PASSED, None),
+        "dropout-cpu2-ddp-fp32": (Status.XFAILED, Failure.RANDOMNESS),
+        "regression-cuda2-ddp-fp32": (Status.SKIPPED, None),
     }
     assert sorted(recorder.finished) == sorted(IDS)
     assert_no_leftovers(str(report_dir))
 
 
-def test_cells_of_one_shape_share_a_launch_and_any_failure_starts_a_fresh_one(
+def test_only_an_exception_ends_a_launch_and_divergences_are_rerun(
     grouped: tuple[Path, list[CellResult], Recorder],
 ) -> None:
     report_dir = grouped[0]
     launches = sorted(p.name for p in (report_dir / "launches").iterdir())
-    # cpu1: launch 1 ends with the erroring cell; launch 2 with the NaN cell's failed comparison;
-    # the last cpu1 cell runs in launch 3. cpu2 has one cell, one launch.
-    assert launches == ["cpu1-001", "cpu1-002", "cpu1-003", "cpu2-001"]
+    # cpu1: launch 1 ends with the raising cell; launch 2 runs every other cpu1 cell, the failing
+    # ones included; one rerun launch holds the two divergences (canary_leak first, so alone).
+    # The unknown task never launched. cpu2: one launch (randomness is not rerun).
+    assert launches == ["cpu1-001", "cpu1-002", "cpu1-rerun-001", "cpu2-001"]
     plan = (report_dir / "launches" / "cpu1-002" / "plan.json").read_text()
-    assert "regression-cpu1-single-fp32" in plan and "canary_nan-cpu1-single-fp32" in plan
-    plan = (report_dir / "launches" / "cpu1-003" / "plan.json").read_text()
-    assert "regression-cpu1-single-fp32" in plan and "canary_nan" not in plan
+    assert "canary_raise" not in plan and "canary_nan" in plan and "dropout-cpu1-single-fp32" in plan
+    rerun_plan = json.loads((report_dir / "launches" / "cpu1-rerun-001" / "plan.json").read_text())
+    assert [c["id"] for c in rerun_plan["cells"]] == [
+        "canary_leak-cpu1-single-fp32", "canary_nan-cpu1-single-fp32"]
 
 
-def test_error_skip_and_pass_carry_their_evidence(grouped: tuple[Path, list[CellResult], Recorder]) -> None:
+def test_an_isolated_rerun_says_whether_it_agreed(grouped: tuple[Path, list[CellResult], Recorder]) -> None:
     report_dir, results, _ = grouped
     by_id = {r.id: r for r in results}
+    nan = by_id["canary_nan-cpu1-single-fp32"].rerun
+    assert nan is not None and nan.agreed and nan.identical and not nan.alone
+    assert "confirmed: rerun in a fresh launch" in by_id["canary_nan-cpu1-single-fp32"].reason
+    leak = by_id["canary_leak-cpu1-single-fp32"]
+    assert leak.rerun is not None and leak.rerun.alone and not leak.rerun.agreed
+    assert leak.rerun.status == Status.PASSED and leak.status == Status.FAILED
+    assert "NOT confirmed: rerun alone in a fresh launch, it passed" in leak.reason
+    cell = json.loads(json.dumps(leak.to_json()))  # as report.json holds it, and read back
+    assert cell["rerun"]["status"] == "passed" and cell["rerun"]["alone"] and cell["failure"] == "divergence"
+    assert CellResult.from_json(cell).rerun == leak.rerun
+    assert (report_dir / "reruns" / "records" / "canary_nan-cpu1-single-fp32.safetensors").exists()
+
+
+def test_exception_error_skip_and_pass_carry_their_evidence(
+    grouped: tuple[Path, list[CellResult], Recorder],
+) -> None:
+    report_dir, results, _ = grouped
+    by_id = {r.id: r for r in results}
+    raised = by_id["canary_raise-cpu1-single-fp32"]
+    assert "exception in training: RuntimeError: canary_raise: raised on purpose" in raised.reason
+    assert "Traceback" in raised.detail and raised.rerun is None
     error = by_id["nosuchtask-cpu1-single-fp32"]
-    assert "nosuchtask" in error.reason and "Traceback" in error.detail
+    assert "nosuchtask" in error.reason and "Fix:" in error.reason
     skipped = by_id["regression-cuda2-ddp-fp32"]
     assert skipped.reason == "needs 2 CUDA devices, found 0"
     assert skipped.extra["reason_code"] == "needs_cuda"
@@ -88,6 +121,28 @@ def test_error_skip_and_pass_carry_their_evidence(grouped: tuple[Path, list[Cell
     assert len(passed.extra["losses"]) == len(passed.extra["golden_losses"]) > 0
     assert passed.duration_s > 0
     assert (report_dir / "records" / "regression-cpu2-ddp-fp32.safetensors").exists()
+
+
+def test_randomness_in_training_is_detected_and_fails_multi_process_cells(
+    grouped: tuple[Path, list[CellResult], Recorder],
+) -> None:
+    by_id = {r.id: r for r in grouped[1]}
+    single, pair = by_id["dropout-cpu1-single-fp32"], by_id["dropout-cpu2-ddp-fp32"]
+    steps = len(single.extra["losses"])
+    assert single.extra["evidence"]["random_draws"]["drawing"] == steps  # every step drew
+    assert by_id["regression-cpu1-single-fp32"].extra["evidence"]["random_draws"] == {
+        "steps": steps, "drawing": 0, "generators": ""}
+    assert pair.extra["evidence"]["random_draws"]["drawing"] == steps
+    assert "draws random numbers during training (dropout?): per-process streams diverge" in pair.reason
+
+
+def test_startup_is_measured_apart_from_the_cells(grouped: tuple[Path, list[CellResult], Recorder]) -> None:
+    startup = read_startup(grouped[0])
+    assert startup is not None and startup["launches"] == 4
+    per_launch = {entry["launch"]: entry for entry in startup["per_launch"]}  # type: ignore[attr-defined]
+    assert all(entry["startup_s"] > 0 and entry["warm_up_s"] > 0 for entry in per_launch.values())
+    assert startup["deepspeed_ops_s"] is None  # no DeepSpeed cell: no op built
+    assert "start-up: 4 launch(es)" in startup_line(startup)
 
 
 def test_nan_canary_diagnosis_names_the_step(grouped: tuple[Path, list[CellResult], Recorder]) -> None:
@@ -128,19 +183,3 @@ def test_launch_group_key_is_the_launch_shape() -> None:
     assert launch_group_key(Cell.from_id("lm-cpu2-zero3-bf16")) == "cpu2"
     assert launch_group_key(Cell.from_id("regression-cpu2-ddp-fp32")) == "cpu2"
     assert launch_group_key(Cell.from_id("lm-cuda1-single-fp16")) == "cuda1"
-
-
-def _result(status: Status) -> CellResult:
-    return new_result(Cell.from_id("lm-cpu2-zero3-bf16"), status, "observed reason")
-
-
-def test_expected_failure_is_xfailed_and_an_unexpected_pass_is_xpassed() -> None:
-    expected = Expected(Match({"strategy": ("zero3",)}), "xfailed", "known DeepSpeed issue 42")
-    failed = apply_expected(_result(Status.FAILED), expected)
-    assert failed.status == Status.XFAILED and "known DeepSpeed issue 42" in failed.reason
-    assert "observed reason" in failed.reason
-    assert apply_expected(_result(Status.CRASHED), expected).status == Status.XFAILED
-    passed = apply_expected(_result(Status.PASSED), expected)
-    assert passed.status == Status.XPASSED and passed.status.is_unexpected_failure
-    assert apply_expected(_result(Status.SKIPPED), expected).status == Status.SKIPPED
-    assert apply_expected(_result(Status.FAILED), None).status == Status.FAILED

@@ -61,7 +61,8 @@ def test_exclusion_without_reason_is_refused(tmp_path: Path) -> None:
 
 def test_expected_outcome_matches_by_axes_and_environment(tmp_path: Path) -> None:
     extra = (
-        '\n[[expected]]\nstrategy = "ddp"\nstatus = "xfailed"\nenvironments = ["nodeepspeed"]\n'
+        '\n[[expected]]\nstrategy = "ddp"\nstatus = "failed"\nmatch = "per-rank"\n'
+        'environments = ["nodeepspeed"]\n'
         'reason = "a known upstream bug, see issue 123"\n'
     )
     matrix = load_with_tasks(write_matrix(tmp_path, extra=extra), known_tasks=TASKS)
@@ -69,6 +70,8 @@ def test_expected_outcome_matches_by_axes_and_environment(tmp_path: Path) -> Non
     single = Cell.from_id("regression-cpu1-single-fp32")
     expected = matrix.expected_outcome(ddp, "nodeepspeed")
     assert expected is not None and expected.reason == "a known upstream bug, see issue 123"
+    assert expected.status == "failed" and expected.diagnosis is not None
+    assert expected.diagnosis.search("likely cause: per-rank batch statistics")
     assert matrix.expected_outcome(ddp, "deepspeed") is None
     assert matrix.expected_outcome(single, "nodeepspeed") is None
 
@@ -88,6 +91,13 @@ def test_expected_outcome_matches_by_axes_and_environment(tmp_path: Path) -> Non
         ),
         ('\n[environments.x]\ndeepspeed = "yes"\n', r"deepspeed = 'yes'"),
         ('\n[environments.x]\ndeepspeed = true\nrunner = "a"\n', r"'runner': it is not a known key"),
+        # [[expected]] says how a cell fails: the old 'xfailed' is refused with the fix
+        ('\n[[expected]]\ntask = "regression"\nstatus = "xfailed"\nreason = "a known upstream bug"\n',
+         r"status = 'xfailed'.*HOW the cell is expected to fail.*status = 'failed'"),
+        ('\n[[expected]]\ntask = "regression"\nstatus = "boom"\nreason = "a known upstream bug"\n',
+         r"status = 'boom': not a kind of failure.*'exception'"),
+        ('\n[[expected]]\ntask = "regression"\nmatch = "per-rank ("\nreason = "a known upstream bug"\n',
+         r"match = 'per-rank \(': not a usable regular expression"),
     ],
 )
 def test_bad_values_are_explained(tmp_path: Path, extra: str, message: str) -> None:

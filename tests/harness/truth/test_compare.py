@@ -139,3 +139,29 @@ def test_diagnosis_of_a_pass() -> None:
     golden = load_golden("regression", "fp32")
     sentence = diagnose("regression-cpu1-single-fp32", compare_record(golden, golden, FP32), golden)
     assert sentence.startswith("single fp32: all 8 quantities within tolerance")
+
+
+def test_buffers_are_named_buffers_and_a_step0_divergence_with_one_names_per_rank_statistics() -> None:
+    golden = load_golden("batchnorm", "fp32")
+    record = load_golden("batchnorm", "fp32")
+    record.losses[0] += 0.05  # the forward pass already differs, before any update
+    record.state_dict["net.1.running_var"][2] += 0.3
+    record.state_dict["net.0.weight"][1, 1] += 0.2
+    buffers = frozenset({"net.1.running_mean", "net.1.running_var", "net.1.num_batches_tracked"})
+    comparisons = compare_record(record, golden, FP32)
+    sentence = diagnose("batchnorm-cpu2-ddp-fp32", comparisons, record, buffers)
+    assert "final weights `net.0.weight` out of tolerance at index (1, 1)" in sentence
+    assert "final buffers `net.1.running_var` out of tolerance at index (2,)" in sentence
+    assert "likely cause: per-rank batch statistics" in sentence and "sync_batchnorm" in sentence
+    # One process has no per-rank statistics; a buffer off with a later first divergence is
+    # another story; without the buffer names every tensor is a weight.
+    assert "per-rank" not in diagnose("batchnorm-cpu1-single-fp32", comparisons, record, buffers)
+    record.losses[0] = golden.losses[0]
+    record.losses[5] += 0.05
+    later = diagnose("batchnorm-cpu2-ddp-fp32", compare_record(record, golden, FP32), record, buffers)
+    assert "per-rank" not in later and "loss leaves tolerance at step 5" in later
+    moved = diagnose("batchnorm-cpu2-ddp-fp32", compare_record(record, golden, FP32), record, buffers,
+                     first_loss_moved=True)  # e.g. bf16: a step-0 difference inside its tolerance
+    assert "per-rank batch statistics" in moved
+    unnamed = diagnose("batchnorm-cpu2-ddp-fp32", comparisons, record)
+    assert "buffers" not in unnamed and "final weights `net.1.running_var` and 1 more" in unnamed

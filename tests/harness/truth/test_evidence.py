@@ -57,7 +57,7 @@ def test_asked_for_bf16_but_computed_in_fp32_fails_on_evidence_though_the_number
     assert reason == "evidence: asked for single bf16 on cpu1, the first Linear layer computed in float32"
     # The numbers alone: every comparison inside the bf16 tolerance (why evidence must come first).
     record = copy.deepcopy(fp32_single)
-    record.meta["evidence"]["activation_dtype"] = "bfloat16"
+    record.meta["evidence"].update(activation_dtype="bfloat16", activation_grad_dtype="bfloat16")
     assert _judge(tmp_path, cell, record)[0] is Status.PASSED
 
 
@@ -82,3 +82,82 @@ def test_zero3_that_partitioned_nothing_fails_on_evidence(fp32_single: Record) -
                                    deepspeed={"zero_stage": 3, "parameters": 7, "partitioned_parameters": 0})
     mismatch = evidence_mismatch(Cell("classifier", "cpu", 2, "zero3", "fp32"), record)
     assert mismatch == "asked for zero3 fp32 on cpu2, no parameter was partitioned (7 kept whole)"
+
+
+# ---------------------------------------------------------------- gradients, engine settings, dtypes
+def _as_two_process(record: Record, strategy: str, **deepspeed: object) -> Record:
+    """The single-process record's evidence restated as a 2-process run of `strategy` (what the
+    rank writes there), to be edited into the fault under test."""
+    record = copy.deepcopy(record)
+    evidence = record.meta["evidence"]
+    evidence.update(strategy=strategy, world_size=2, collectives={}, collective_elements={})
+    if strategy == "ddp":
+        evidence.update(strategy_class="DDPStrategy", gradients_agreed={"steps": 8, "agreed": 8})
+    else:
+        in_force = {"gradient_clipping": 0.0, "fp16_enabled": False, "bf16_enabled": False,
+                    "gradient_accumulation_steps": 2}
+        evidence.update(strategy_class="DeepSpeedStrategy", collectives={"all_reduce": 24},
+                        collective_elements={"all_reduce": 8 * 400},
+                        deepspeed={"zero_stage": int(strategy[-1]), "parameters": 7,
+                                   "partitioned_parameters": 0,
+                                   "trainable_elements": 400, "in_force": in_force, **deepspeed})
+    return record
+
+
+def test_the_real_single_process_run_records_gradient_dtype_and_no_collectives(fp32_single: Record) -> None:
+    evidence = fp32_single.meta["evidence"]
+    assert evidence["activation_grad_dtype"] == "float32"
+    # One process: nothing to reduce, no other rank to agree with.
+    assert evidence["collectives"] == {} and "gradients_agreed" not in evidence
+
+
+def test_ddp_whose_ranks_held_different_gradients_fails_on_evidence(fp32_single: Record) -> None:
+    cell = Cell("classifier", "cpu", 2, "ddp", "fp32")
+    record = _as_two_process(fp32_single, "ddp")
+    assert evidence_mismatch(cell, record) is None
+    record.meta["evidence"]["gradients_agreed"] = {"steps": 8, "agreed": 0}
+    assert evidence_mismatch(cell, record) == ("asked for ddp fp32 on cpu2, gradients were never "
+                                               "all-reduced: "
+                                               "the ranks held different gradients at 8 of 8 optimizer steps")
+    del record.meta["evidence"]["gradients_agreed"]
+    assert "does not say whether the ranks' gradients agreed" in str(evidence_mismatch(cell, record))
+
+
+def test_zero_whose_collectives_moved_no_gradient_fails_on_evidence(fp32_single: Record) -> None:
+    cell = Cell("classifier", "cpu", 2, "zero2", "fp32")
+    record = _as_two_process(fp32_single, "zero2")
+    assert evidence_mismatch(cell, record) is None
+    # Only the one-element all-reduces of a gradient norm: no gradient was reduced.
+    record.meta["evidence"]["collective_elements"] = {"all_reduce": 8}
+    mismatch = str(evidence_mismatch(cell, record))
+    assert mismatch.startswith("asked for zero2 fp32 on cpu2, gradients were not reduced across ranks "
+                               "on every step")
+    assert "fewer than 3200 = trainable elements x 8 steps" in mismatch
+
+
+def test_a_default_clip_in_force_fails_on_evidence(fp32_single: Record) -> None:
+    cell = Cell("classifier", "cpu", 2, "zero1", "fp32")
+    record = _as_two_process(fp32_single, "zero1")
+    record.meta["evidence"]["deepspeed"]["in_force"]["gradient_clipping"] = 1.0
+    assert evidence_mismatch(cell, record) == ("asked for zero1 fp32 on cpu2, the engine clips every "
+                                               "step at 1 "
+                                               "(gradient_clipping in force)")
+
+
+def test_engine_precision_or_accumulation_other_than_asked_fails_on_evidence(fp32_single: Record) -> None:
+    cell = Cell("classifier", "cpu", 2, "zero1", "fp32")
+    record = _as_two_process(fp32_single, "zero1")
+    record.meta["evidence"]["deepspeed"]["in_force"]["bf16_enabled"] = True
+    expected = "asked for zero1 fp32 on cpu2, the engine ran with bf16_enabled=True"
+    assert evidence_mismatch(cell, record) == expected
+    record = _as_two_process(fp32_single, "zero1")
+    record.meta["evidence"]["deepspeed"]["in_force"]["gradient_accumulation_steps"] = 1
+    assert evidence_mismatch(cell, record) == ("asked for zero1 fp32 on cpu2, the engine accumulated over 1 "
+                                               "micro-steps, the task over 2")
+
+
+def test_a_gradient_of_another_dtype_fails_on_evidence(fp32_single: Record) -> None:
+    record = copy.deepcopy(fp32_single)
+    record.meta["evidence"].update(activation_dtype="bfloat16", activation_grad_dtype="float32")
+    assert evidence_mismatch(Cell("classifier", "cpu", 1, "single", "bf16"), record) == (
+        "asked for single bf16 on cpu1, the gradient flowing back into a Linear layer's output was float32")
