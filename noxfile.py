@@ -71,6 +71,21 @@ SWEEP = _sweep_environments()
 SWEEP_REPORTS = REPORTS / "versions"
 ALLOW_UNSUPPORTED = "ACCELERATE_CORE_ALLOW_UNSUPPORTED_DEEPSPEED"  # accelerate_core/deepspeed_support.py
 
+# Tests of the harness's own machinery (the runner's scheduling, faults and signals, script mode,
+# a user's task package) whose cells are plain single/DDP runs and whose code never imports
+# deepspeed: they would run identically in both environments, so they run once, in
+# tests(deepspeed), and tests(nodeepspeed) keeps to what deepspeed's absence can change (the
+# core, the matrix items, every other harness test). This keeps CI within its time budget.
+ENVIRONMENT_NEUTRAL_TESTS = [
+    "tests/harness/faults/test_interrupt.py",
+    "tests/harness/faults/test_canaries.py",
+    "tests/harness/faults/test_atomic_and_determinism.py",
+    "tests/harness/run/test_runner.py",
+    "tests/harness/run/test_compare_records.py",
+    "tests/harness/cli/test_user_tasks.py",
+    "tests/harness/script/test_script_mode.py",
+]
+
 nox.options.sessions = ["lint", "tests", "matrix"]  # `versions` runs only when named (or scheduled)
 nox.options.error_on_missing_interpreters = True
 
@@ -159,6 +174,8 @@ def tests(session: nox.Session, env: str) -> None:
     # loadgroup (which xdist 3.8 does not honour on pytest 9.2). The matrix items share their
     # launches by themselves (tests/matrix/session.py).
     paths = NUMERICS_TESTS if env == "older_cpu" else ["tests"]
+    if env == "nodeepspeed":
+        paths += [f"--ignore={path}" for path in ENVIRONMENT_NEUTRAL_TESTS]
     # --durations: the slowest tests in every CI log (a CI run must stay short; see README).
     args = session.posargs or [*paths, "-n", "2", "--dist", "loadfile", "-ra", "--durations=15"]
     session.run("python", "-m", "pytest", *args, env=_environ(session, env))
