@@ -12,7 +12,7 @@ rebuilt and overwritten every time the other venv runs.
     nox -s matrix -- -k mlp          arguments after -- go to `python -m harness run`
     nox -s tests                     the test suite with and without deepspeed, and the
                                      numerics tests on this CPU made to look older (AVX2 only,
-                                     no native fp16): tests(older_cpu)
+                                     no native fp16), in tests(deepspeed)'s venv, after its suite
     nox -s golden                    check goldens reproduce; `nox -s golden -- --update` rewrites
     nox -s versions                  the dependency-version sweep (docs/versions.md): every
                                      [environments.*] with sweep = true in matrix/matrix.toml, each
@@ -35,7 +35,7 @@ TORCH = "torch==2.13.0"
 # Environments of matrix/matrix.toml that run on a CPU; nodeepspeed first: the deepspeed run
 # compares its non-DeepSpeed records with the nodeepspeed ones (cross-environment check).
 ENVIRONMENTS = ["nodeepspeed", "deepspeed"]
-EXTRAS = {"nodeepspeed": "test", "deepspeed": "deepspeed,test", "older_cpu": "deepspeed,test"}
+EXTRAS = {"nodeepspeed": "test", "deepspeed": "deepspeed,test"}
 REPORTS = Path("reports")
 # The other CPU, simulated: torch's kernels, oneDNN and MKL capped at AVX2, so oneDNN (and so
 # DeepSpeed) reports no native fp16, as on a CPU without AVX-512 FP16. A test that assumed the
@@ -72,8 +72,9 @@ SWEEP_REPORTS = REPORTS / "versions"
 ALLOW_UNSUPPORTED = "ACCELERATE_CORE_ALLOW_UNSUPPORTED_DEEPSPEED"  # accelerate_core/deepspeed_support.py
 
 # Tests of the harness's own machinery (the runner's scheduling, faults and signals, script mode,
-# a user's task package) whose cells are plain single/DDP runs and whose code never imports
-# deepspeed: they would run identically in both environments, so they run once, in
+# a user's task package, the report directory rules) whose cells are plain single/DDP runs and
+# whose code never imports deepspeed: they would run identically in both environments, so they
+# run once, in
 # tests(deepspeed), and tests(nodeepspeed) keeps to what deepspeed's absence can change (the
 # core, the matrix items, every other harness test). This keeps CI within its time budget.
 ENVIRONMENT_NEUTRAL_TESTS = [
@@ -84,6 +85,8 @@ ENVIRONMENT_NEUTRAL_TESTS = [
     "tests/harness/run/test_compare_records.py",
     "tests/harness/cli/test_user_tasks.py",
     "tests/harness/script/test_script_mode.py",
+    "tests/harness/cli/test_cli.py::test_a_run_never_silently_replaces_an_earlier_report",
+    "tests/harness/cli/test_cli.py::test_last_failed_reruns_only_failures",
 ]
 
 nox.options.sessions = ["lint", "tests", "matrix"]  # `versions` runs only when named (or scheduled)
@@ -99,11 +102,8 @@ def _environ(session: nox.Session, env_name: str) -> dict[str, str]:
     venv = Path(session.virtualenv.location)
     environ = {
         "TORCH_EXTENSIONS_DIR": str(venv / "torch_extensions"),
-        # read by tests/matrix (the matrix as pytest items): older_cpu is the deepspeed environment
-        "MATRIX_ENV": "deepspeed" if env_name == "older_cpu" else env_name,
+        "MATRIX_ENV": env_name,  # read by tests/matrix (the matrix as pytest items)
     }
-    if env_name == "older_cpu":
-        environ.update(OLDER_CPU)
     return environ
 
 
@@ -160,25 +160,36 @@ def matrix(session: nox.Session, env: str) -> None:
 
 
 @nox.session(python=PYTHON)
-@nox.parametrize("env", [*ENVIRONMENTS, "older_cpu"], ids=[*ENVIRONMENTS, "older_cpu"])
+@nox.parametrize("env", ENVIRONMENTS, ids=ENVIRONMENTS)
 def tests(session: nox.Session, env: str) -> None:
-    """The test suite (the matrix items included); older_cpu runs NUMERICS_TESTS with the CPU
-    made to look older (OLDER_CPU). Arguments after -- replace the defaults."""
+    """The test suite (the matrix items included); in the deepspeed environment, then the
+    numerics tests (NUMERICS_TESTS) once more with the CPU made to look older (OLDER_CPU), in the
+    same venv (a venv of its own cost CI a torch + deepspeed install and a DeepSpeed op build).
+    Arguments after -- replace the defaults (and skip the older-CPU pass)."""
     _install(session, EXTRAS[env])
     _check_deepspeed(session, env)
     _build_deepspeed_ops(session, env)
-    if env == "older_cpu":  # say what the tests will see, before they see it
-        session.run("python", "-m", "accelerate_core.commands.main", "env", env=_environ(session, env))
     # --dist loadfile keeps each test module on one worker, so a module's launch fixtures (2-rank
     # DeepSpeed launches of a minute) run once, not once per worker: 568 s against 621 s with
     # loadgroup (which xdist 3.8 does not honour on pytest 9.2). The matrix items share their
     # launches by themselves (tests/matrix/session.py).
-    paths = NUMERICS_TESTS if env == "older_cpu" else ["tests"]
+    paths = ["tests"]
     if env == "nodeepspeed":
-        paths += [f"--ignore={path}" for path in ENVIRONMENT_NEUTRAL_TESTS]
+        paths += [f"--deselect={test}" for test in ENVIRONMENT_NEUTRAL_TESTS]
     # --durations: the slowest tests in every CI log (a CI run must stay short; see README).
     args = session.posargs or [*paths, "-n", "2", "--dist", "loadfile", "-ra", "--durations=15"]
     session.run("python", "-m", "pytest", *args, env=_environ(session, env))
+    if env == "deepspeed" and not session.posargs:
+        _numerics_on_an_older_cpu(session)
+
+
+def _numerics_on_an_older_cpu(session: nox.Session) -> None:
+    """NUMERICS_TESTS with torch, oneDNN and MKL capped at AVX2 (OLDER_CPU)."""
+    environ = {**_environ(session, "deepspeed"), **OLDER_CPU}
+    # Say what the tests will see, before they see it.
+    session.run("python", "-m", "accelerate_core.commands.main", "env", env=environ)
+    session.run("python", "-m", "pytest", *NUMERICS_TESTS, "-n", "2", "--dist", "loadfile", "-ra",
+                env=environ)
 
 
 @nox.session(python=PYTHON)

@@ -79,4 +79,4 @@ def test_env_names_what_decides_numerics_here(tmp_path: Path) -> None:
         assert row(out, "BLAS / oneDNN") and row(out, "Threads").startswith("intra-op ")
         numerics = ", ".join(f"{k}={env[k]}" for k in NUMERIC_ENVIRONMENT if k in env) or "none set"
         assert row(out, "Numerics environment") == numerics
-        assert "DNNL_MAX_CPU_ISA=AVX2" in numerics or not cap  # (may be set already: tests(older_cpu))
+        assert "DNNL_MAX_CPU_ISA=AVX2" in numerics or not cap  # (may be set already: the older-CPU pass)
