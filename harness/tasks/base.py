@@ -14,7 +14,6 @@ import hashlib
 import inspect
 import json
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,10 +25,6 @@ from torch.utils.data import Dataset
 # Offsets of the seeds derived from `Task.seed`, so that data and weights never share a stream.
 _TRAIN_SEED_OFFSET = 1
 _EVAL_SEED_OFFSET = 2
-# build_model seeds torch's one global RNG: the runner judges cells in parallel threads (each
-# judge hashes the task's initial weights), and two threads seeding and drawing at once build
-# different weights (seen: a golden refused for an "initial weights sha256" mismatch, once).
-_GLOBAL_RNG_LOCK = threading.Lock()
 
 
 @dataclass
@@ -124,7 +119,7 @@ class Task:
     # ----------------------------------------------------------------------------- builders
     def build_model(self) -> nn.Module:
         # Weights come from the task seed only; the caller's global RNG is left as it was.
-        with _GLOBAL_RNG_LOCK, torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             return self._make_model()
 

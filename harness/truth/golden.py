@@ -22,6 +22,7 @@ from harness.spec.cell import PRECISIONS
 from harness.tasks import get_task, task_names
 from harness.tasks.base import Task
 from harness.tasks.registry import is_builtin
+from harness.truth.global_rng import GLOBAL_RNG_LOCK
 from harness.truth.golden_check import GoldenCheck, judge_regeneration, short_repr
 from harness.truth.golden_generation import generate
 from harness.truth.record import Record
@@ -88,7 +89,7 @@ def load_golden(task_name: str, precision: str, golden_dir: Path | None = None, 
         ("precision", record.precision, precision),
         ("task definition hash", meta.get("task_definition_hash"), task.definition_hash()),
         ("data sha256", meta.get("data_sha256"), task.data_sha256()),
-        ("initial weights sha256", meta.get("init_sha256"), task.init_sha256()),
+        ("initial weights sha256", meta.get("init_sha256"), _initial_weights_sha256(task)),
     )
     for what, found, expected in checks:
         if found != expected:
@@ -98,6 +99,11 @@ def load_golden(task_name: str, precision: str, golden_dir: Path | None = None, 
                 "for another task definition (the task's code, fields or data changed since)",
                 "a golden made from the current task", _fix_update(task_name, precision, matrix_path)))
     return record
+
+
+def _initial_weights_sha256(task: Task) -> str:
+    with GLOBAL_RNG_LOCK:  # the runner judges cells in parallel threads
+        return task.init_sha256()
 
 
 def check_goldens(tasks: Iterable[str] | None = None, precisions: Iterable[str] | None = None,

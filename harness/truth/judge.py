@@ -17,6 +17,7 @@ from typing import Any
 from harness.spec.cell import Cell
 from harness.spec.matrix import Expected, Matrix
 from harness.truth.evidence import evidence_mismatch
+from harness.truth.global_rng import GLOBAL_RNG_LOCK
 from harness.truth.outcome import CellResult, Comparison, Failure, Status
 
 RANDOMNESS = (
@@ -124,7 +125,8 @@ def buffer_names(task_name: str) -> frozenset[str]:
     from harness.tasks import get_task
 
     try:
-        model = get_task(golden_task_of(task_name)).build_model()
+        with GLOBAL_RNG_LOCK:
+            model = get_task(golden_task_of(task_name)).build_model()
     except Exception:  # a diagnosis must never fail because of its wording
         return frozenset()
     return frozenset(name for name, _ in model.named_buffers())

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from harness.spec.cell import PRECISIONS
 from harness.tasks.base import DictDataset, Task
+from harness.truth.global_rng import GLOBAL_RNG_LOCK
 from harness.truth.record import Fingerprint, Record
 
 _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -36,7 +37,9 @@ class ReferenceInputs:
 
     @classmethod
     def of(cls, task: Task) -> ReferenceInputs:
-        return cls(initial_state=task.build_model().state_dict(), train=task.train_dataset().tensors,
+        with GLOBAL_RNG_LOCK:
+            initial_state = task.build_model().state_dict()
+        return cls(initial_state=initial_state, train=task.train_dataset().tensors,
                    eval=task.eval_dataset().tensors)
 
 
@@ -66,7 +69,7 @@ def train_reference(task: Task, precision: str, device: str = "cpu",
             f"precision {precision!r}: not a reference precision. Valid: {PRECISIONS}. "
             "Fix: pass one of them"
         )
-    with _single_thread(), torch.random.fork_rng(devices=[]):
+    with GLOBAL_RNG_LOCK, _single_thread(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(task.seed)
         return _train(task, precision, torch.device(device), inputs or ReferenceInputs.of(task), stop_at)
 
