@@ -177,7 +177,9 @@ def tests(session: nox.Session, env: str) -> None:
     if env == "nodeepspeed":
         paths += [f"--deselect={test}" for test in ENVIRONMENT_NEUTRAL_TESTS]
     # --durations: the slowest tests in every CI log (a CI run must stay short; see README).
-    args = session.posargs or [*paths, "-n", "2", "--dist", "loadfile", "-ra", "--durations=15"]
+    # --junitxml: every test's time, for the CI system and for finding what to cut.
+    args = session.posargs or [*paths, "-n", "2", "--dist", "loadfile", "-ra", "--durations=15",
+                               f"--junitxml={REPORTS / f'junit-tests-{env}.xml'}"]
     session.run("python", "-m", "pytest", *args, env=_environ(session, env))
     if env == "deepspeed" and not session.posargs:
         _numerics_on_an_older_cpu(session)
