@@ -42,9 +42,11 @@ FINDINGS = (
     ReleaseFinding("0.19.8", True, "45 of 45 CPU ZeRO cells pass (63 of 63 with 7 tasks, version sweep)"),
     ReleaseFinding("0.19.4", True, "63 of 63 CPU ZeRO cells pass, every record bit-identical to 0.19.8's "
                    "(version sweep); 0.19.5-0.19.7, between two passing releases, were not run"),
-    ReleaseFinding("0.19.0", False, "15 of 21 fp32 CPU ZeRO cells pass; with gradient accumulation "
-                   "(classifier, sgd_accum) the engine applies no optimizer step on steps 0, 2, 4, 6, so "
-                   "learning rates and weights differ from optimizer step 1"),
+    ReleaseFinding("0.19.0", False, "15 of 21 fp32 CPU ZeRO cells pass; it has no "
+                   "managed_gradient_accumulation (0.19.4 added it; 0.19.1-0.19.3 have none either), so "
+                   "with gradient accumulation the engine counts micro-steps itself and applies only every "
+                   "2nd (classifier) or 3rd (sgd_accum) optimizer.step(): learning rates and weights "
+                   "differ from optimizer step 1"),
     ReleaseFinding("0.18.9", False, "6 pass, 9 fail, 30 error inside the engine (RuntimeError: Output 0 "
                    "of Split is a view and is being modified inplace: ZeRO 1/2's step gathers into views "
                    "of torch.split, deepspeed/runtime/utils.py all_gather_into_tensor_dp_groups)"),
@@ -88,7 +90,8 @@ def check_deepspeed_release(version: str, allow_override: bool = True) -> None:
         known = _finding_for(release)
         why = (f"it is outside the supported range: {known.finding} (deepspeed {known.release})" if known
                else "the core is known to give wrong answers or fail inside the engine on releases "
-                    "before 0.19.4, and this one was not measured")
+                    "before 0.19.4, and this one was not measured (none before 0.19.4 has "
+                    "managed_gradient_accumulation, which the core's accumulation relies on)")
         message = explain(
             f"deepspeed {version} is installed", why, f"deepspeed{SUPPORTED_RANGE}",
             f'pip install "deepspeed{SUPPORTED_RANGE}"  (or: pip install -e ".[deepspeed]")')

@@ -18,6 +18,11 @@ import torch.distributed as dist
 from torch import nn
 
 from accelerate_core.deepspeed_plugin import DeepSpeedPlugin
+from accelerate_core.deepspeed_support import (
+    SUPPORTED_RANGE,
+    UnsupportedDeepSpeedError,
+    installed_deepspeed_version,
+)
 from accelerate_core.errors import ConflictingSettingsError, UnsupportedObjectError, explain
 from accelerate_core.imports import require_deepspeed
 from accelerate_core.precision.base import unwrap_forward
@@ -229,7 +234,10 @@ class DeepSpeedStrategy(Strategy):
             engine.optimizer.clip_grad = float(self.config.get("gradient_clipping", 0.0))
             self._clip_for_next_step = False
         # The engine's own overflow report (fp16 dynamic loss scaling skipped this step).
-        return bool(getattr(engine.optimizer, "overflow", False)) or not engine.was_step_applied()
+        overflow = bool(getattr(engine.optimizer, "overflow", False))
+        if not overflow and not engine.was_step_applied():
+            raise _step_not_applied()
+        return overflow
 
     def zero_grad(self, optimizer: Any, set_to_none: bool = True) -> None:
         engine = self._engine("optimizer.zero_grad()")
@@ -340,4 +348,20 @@ class DeepSpeedStrategy(Strategy):
                         "call accelerator.prepare(...) first")
             )
         return self.engine
+
+
+def _step_not_applied() -> UnsupportedDeepSpeedError:
+    """Every optimizer.step() of the user's loop is an accumulation boundary (the config sets
+    managed_gradient_accumulation=False), so an engine that skips one without an fp16 overflow
+    is counting micro-steps itself: releases before 0.19.4 have no such setting, ignore it, and
+    apply only every gradient_accumulation_steps-th step (measured on 0.16.9 and 0.19.0). Training
+    on would be silently wrong; reachable past the version check only by its override."""
+    version = installed_deepspeed_version() or "unknown"
+    return UnsupportedDeepSpeedError(explain(
+        f"optimizer.step() under deepspeed {version}",
+        "the engine did not apply the step and reported no fp16 overflow: it counts micro-steps "
+        "itself instead of taking the loop's optimizer.step() as the accumulation boundary, as "
+        "releases before 0.19.4 do (they do not know managed_gradient_accumulation)",
+        f"a DeepSpeed release in {SUPPORTED_RANGE}",
+        f'pip install "deepspeed{SUPPORTED_RANGE}"'))
 

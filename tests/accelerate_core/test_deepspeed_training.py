@@ -70,7 +70,7 @@ TWO_RANK_CHECKS = (
     # covers the emulation)
     + (FP16_CHECKS if NATIVE_FP16_HERE else []) + [f"resume:{s}" for s in STAGES]
     + [f"clip:{s}" for s in CLIP_STAGES] + ["clipcall:2"] + [f"offload:{s}" for s in OFFLOAD_STAGES]
-    + ["linear:3", "prepare_errors", "misuse:3"]  # misuse last: it waits out its 3 s timeout
+    + ["linear:3", "micro_steps:2", "prepare_errors", "misuse:3"]  # misuse last: it waits out its 3 s timeout
 )
 # With oneDNN capped below native fp16 (a no-op on a CPU without it): the emulation, opted into,
 # and the refusal without the opt-in, on every machine.
@@ -252,6 +252,15 @@ def test_zero3_leaves_torch_functional_linear_as_it_was(two_ranks: Path) -> None
     assert record["swapped_by_default"] is False
     assert record["swapped_when_asked"] is True  # the check can see a swap: DeepSpeed still does it
     assert record["restored_after_teardown"] is True
+
+
+def test_an_engine_that_counts_micro_steps_itself_is_refused(two_ranks: Path) -> None:
+    # DeepSpeed 0.16.9-0.19.3: the loop's step() was not applied and no overflow happened.
+    record = load(two_ranks, "micro_steps:2")
+    assert record["raised"] == "UnsupportedDeepSpeedError"
+    assert "did not apply the step" in record["message"]
+    assert "managed_gradient_accumulation" in record["message"]
+    assert "Fix: pip install" in record["message"]
 
 
 def test_wrong_prepare_calls_are_explained(two_ranks: Path) -> None:

@@ -258,6 +258,28 @@ def check_functional_linear(stage: int) -> dict[str, Any]:
             "restored_after_teardown": torch.nn.functional.linear is original}
 
 
+def check_engine_counting_micro_steps(stage: int) -> dict[str, Any]:
+    """DeepSpeed before 0.19.4 ignores managed_gradient_accumulation=False and applies only every
+    GAS-th engine.step(): the engine's boundary is put back to those releases' formula
+    (deepspeed/runtime/engine.py of 0.16.9-0.19.3), so the first step is not applied, and the core
+    must say so rather than report an fp16 overflow that never happened."""
+    from accelerate_core.deepspeed_support import UnsupportedDeepSpeedError
+
+    accelerator, model, optimizer, train, *_ = build(stage, "no")
+    engine = accelerator.strategy.engine
+    engine.is_gradient_accumulation_boundary = (
+        lambda: (engine.micro_steps + 1) % engine.gradient_accumulation_steps() == 0)
+    record: dict[str, Any] = {"raised": None, "message": ""}
+    batch = next(iter(train))
+    accelerator.backward(model(**batch).loss / GAS)
+    try:
+        optimizer.step()
+    except UnsupportedDeepSpeedError as exc:
+        record = {"raised": type(exc).__name__, "message": str(exc)}
+    accelerator.free_memory()
+    return record
+
+
 def check_prepare_errors() -> dict[str, Any]:
     """Wrong uses of prepare() under DeepSpeed give the explained errors, on every rank alike."""
     from accelerate_core import Accelerator, DeepSpeedPlugin
@@ -328,6 +350,8 @@ def main() -> None:
             record = check_misuse(int(params[0]))
         elif kind == "linear":
             record = check_functional_linear(int(params[0]))
+        elif kind == "micro_steps":
+            record = check_engine_counting_micro_steps(int(params[0]))
         elif kind == "prepare_errors":
             record = check_prepare_errors()
         elif kind == "fp16_refused":
