@@ -6,7 +6,8 @@ reference in another thread meanwhile. Building a task's model seeds the global 
 RNG per process: two threads seeding and drawing at once get each other's numbers. Seen: a golden
 refused once in a matrix run for an "initial weights sha256" mismatch; 15 of 400 hashes of
 initial weights came out wrong from 4 threads. Whatever in the harness process seeds or draws from
-the global RNG holds this lock (the ranks are processes of their own)."""
+the global RNG holds this lock (the ranks are processes of their own). harness.truth.golden also
+holds it to hash a task's code, which Python 3.11 cannot parse in two threads at once."""
 
 from __future__ import annotations
 

@@ -84,12 +84,13 @@ def load_golden(task_name: str, precision: str, golden_dir: Path | None = None, 
     except RecordError as exc:
         raise GoldenError(f"golden {stem.name} is unusable (truncated or tampered with?): {exc}") from None
     meta = record.meta.get("golden", {})
+    definition, data, initial_weights = _identity(task)
     checks = (
         ("task", record.task, task_name),
         ("precision", record.precision, precision),
-        ("task definition hash", meta.get("task_definition_hash"), task.definition_hash()),
-        ("data sha256", meta.get("data_sha256"), task.data_sha256()),
-        ("initial weights sha256", meta.get("init_sha256"), _initial_weights_sha256(task)),
+        ("task definition hash", meta.get("task_definition_hash"), definition),
+        ("data sha256", meta.get("data_sha256"), data),
+        ("initial weights sha256", meta.get("init_sha256"), initial_weights),
     )
     for what, found, expected in checks:
         if found != expected:
@@ -101,9 +102,13 @@ def load_golden(task_name: str, precision: str, golden_dir: Path | None = None, 
     return record
 
 
-def _initial_weights_sha256(task: Task) -> str:
-    with GLOBAL_RNG_LOCK:  # the runner judges cells in parallel threads
-        return task.init_sha256()
+def _identity(task: Task) -> tuple[str, str, str]:
+    """The task's definition hash, data sha256 and initial weights sha256, one thread at a time:
+    the runner judges cells in parallel threads; building the model seeds torch's global RNG, and
+    Python 3.11's ast.parse (in definition_hash) fails when two threads parse at once
+    ("SystemError: AST constructor recursion depth mismatch", seen in CI)."""
+    with GLOBAL_RNG_LOCK:
+        return task.definition_hash(), task.data_sha256(), task.init_sha256()
 
 
 def check_goldens(tasks: Iterable[str] | None = None, precisions: Iterable[str] | None = None,
