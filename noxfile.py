@@ -72,11 +72,14 @@ SWEEP_REPORTS = REPORTS / "versions"
 ALLOW_UNSUPPORTED = "ACCELERATE_CORE_ALLOW_UNSUPPORTED_DEEPSPEED"  # accelerate_core/deepspeed_support.py
 
 # Tests of the harness's own machinery (the runner's scheduling, faults and signals, script mode,
-# a user's task package, the report directory rules) whose cells are plain single/DDP runs and
-# whose code never imports deepspeed: they would run identically in both environments, so they
-# run once, in
-# tests(deepspeed), and tests(nodeepspeed) keeps to what deepspeed's absence can change (the
-# core, the matrix items, every other harness test). This keeps CI within its time budget.
+# a user's task package, the report directory rules, the CLI, goldens, the loop's plain cells, the
+# bug catalog) whose cells are plain single/DDP runs or plain PyTorch, and whose code never imports
+# deepspeed (their DeepSpeed parts skip without it): they would run identically in both
+# environments, so they run once, in tests(deepspeed). tests(nodeepspeed) keeps to what
+# deepspeed's absence can change: the core and its commands, the matrix items (the single/DDP
+# cells of an install without deepspeed), the skips and refusals that name the missing
+# dependency (tests/harness/faults/test_bad_input.py, tests/harness/spec), the examples, the
+# import graph. This keeps CI within its time budget.
 ENVIRONMENT_NEUTRAL_TESTS = [
     "tests/harness/faults/test_interrupt.py",
     "tests/harness/faults/test_canaries.py",
@@ -84,9 +87,13 @@ ENVIRONMENT_NEUTRAL_TESTS = [
     "tests/harness/run/test_runner.py",
     "tests/harness/run/test_compare_records.py",
     "tests/harness/cli/test_user_tasks.py",
+    "tests/harness/cli/test_cli.py",
+    "tests/harness/cli/test_golden_cli.py",
     "tests/harness/script/test_script_mode.py",
-    "tests/harness/cli/test_cli.py::test_a_run_never_silently_replaces_an_earlier_report",
-    "tests/harness/cli/test_cli.py::test_last_failed_reruns_only_failures",
+    "tests/harness/truth/test_golden.py",
+    "tests/harness/rank/test_loop.py",
+    "tests/harness/rank/test_worker.py",
+    "tests/harness/sensitivity/test_sensitivity.py",
 ]
 
 nox.options.sessions = ["lint", "tests", "matrix"]  # `versions` runs only when named (or scheduled)
