@@ -100,7 +100,7 @@ def check_env_pins(matrix: Matrix, name: str) -> None:
 
 def _print_record_changes(results: list[CellResult]) -> None:
     """--compare-records: how many cells' numbers moved against the other environment, and which."""
-    from harness.report.record_changes import record_changes_summary, summary_line
+    from harness.truth.record_changes import record_changes_summary, summary_line
 
     summary = record_changes_summary(results)
     if summary is None:

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.report.merged import MergedReport
-from harness.report.record_changes import record_changes_summary
 from harness.report.summary import counts, ok
 from harness.truth.outcome import CellResult
+from harness.truth.record_changes import record_changes_summary
 
 SCHEMA_VERSION = 1
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.report.summary import ok, unexpected
 from harness.truth.outcome import CellResult
-from harness.versions.table import VersionRow
+
+if TYPE_CHECKING:  # harness.versions.table reads report helpers: importing it here closes a loop
+    from harness.versions.table import VersionRow
 
 MERGED_SEPARATOR = "+"  # the merged report's environment name: "nodeepspeed+deepspeed"
 

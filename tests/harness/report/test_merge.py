@@ -267,7 +267,7 @@ def test_a_version_sweep_merge_has_the_version_and_behaviour_tables(
     assert data["behaviours"]["deepspeed_0_16"]["behaviours"][0]["verdict"] == "present"
     md = (out / "report.md").read_text()
     assert "### Versions" in md
-    assert "| `deepspeed_0_16` | 2.13.0+cpu | 0.16.9 | not supported | 3 | 1 | 91 " in md
+    assert "| `deepspeed_0_16` | 2.13.0+cpu | 0.16.9 | not supported | 3 | 0 | 1 | 91 " in md
     assert "### DeepSpeed behaviours by version" in md and "present, patch on" in md
 
 
