@@ -118,25 +118,45 @@ def stop_leftovers(grace_s: float = GRACE_S) -> list[int]:
     return left
 
 
-@contextmanager
-def _forward_signals(child: subprocess.Popen[bytes]) -> Iterator[list[int]]:
-    """While the child runs, pass SIGINT/SIGTERM/SIGHUP on to its process group.
+class _Forwarding:
+    """The signals the launcher received, and the child they go to once it exists."""
 
-    The child runs in its own session, so a terminal's Ctrl-C reaches only the launcher; it is
-    passed on once. A second Ctrl-C means "now": every descendant gets SIGKILL.
-    """
-    received: list[int] = []
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.child: subprocess.Popen[bytes] | None = None
+        self.forwarded = False
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        received.append(signum)
-        if len(received) == 1:
-            _signal_tree([child.pid], signum)
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.received.append(signum)
+        if self.child is None:
+            return  # still starting: `started` passes it on
+        if len(self.received) == 1:
+            self.forwarded = True
+            _signal_tree([self.child.pid], signum)
         else:
             _signal_tree(descendants(os.getpid()), signal.SIGKILL)
 
-    previous = {sig: signal.signal(sig, handler) for sig in _FORWARDED}
+    def started(self, child: subprocess.Popen[bytes]) -> None:
+        self.child = child
+        if self.received and not self.forwarded:  # it came while the child was being started
+            self.forwarded = True
+            _signal_tree([child.pid], self.received[0])
+
+
+@contextmanager
+def _forward_signals() -> Iterator[_Forwarding]:
+    """While the child runs, pass SIGINT/SIGTERM/SIGHUP on to its process group.
+
+    The child runs in its own session, so a terminal's Ctrl-C reaches only the launcher; it is
+    passed on once. A second Ctrl-C means "now": every descendant gets SIGKILL. The handlers are
+    in place before the child starts: a signal while it starts is passed on once it exists, never
+    raised as KeyboardInterrupt inside subprocess.Popen (which would leave a started child to the
+    parent-death signal alone).
+    """
+    forwarding = _Forwarding()
+    previous = {sig: signal.signal(sig, forwarding.on_signal) for sig in _FORWARDED}
     try:
-        yield received
+        yield forwarding
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
@@ -169,24 +189,27 @@ def run_supervised(command: Sequence[str], env: Mapping[str, str],
     """Run `command` to completion; return its exit status. No descendant outlives the call.
     With `stderr_sink`, the child's stderr goes to it (as it comes) instead of this stderr."""
     become_subreaper()
-    child = subprocess.Popen(list(command), env=dict(env), start_new_session=True,
-                             stderr=subprocess.PIPE if stderr_sink is not None else None,
-                             preexec_fn=_die_with_launcher(os.getpid()))  # safe: started before the reader
-    reader = _relay(child.stderr, stderr_sink) if child.stderr is not None and stderr_sink else None
-    try:
-        with _forward_signals(child) as received:
+    reader = None
+    with _forward_signals() as forwarding:
+        try:
+            child = subprocess.Popen(list(command), env=dict(env), start_new_session=True,
+                                     stderr=subprocess.PIPE if stderr_sink is not None else None,
+                                     preexec_fn=_die_with_launcher(os.getpid()))  # safe: no thread yet
+            forwarding.started(child)
+            reader = _relay(child.stderr, stderr_sink) if child.stderr is not None and stderr_sink else None
             returncode = child.wait()
-    finally:
-        if child.poll() is None:  # the launcher itself is failing: take the run down with it
-            _signal_tree([child.pid], signal.SIGKILL)
-            child.wait()
-        stopped = stop_leftovers()
+        finally:
+            started = forwarding.child
+            if started is not None and started.poll() is None:  # the launcher itself is failing
+                _signal_tree([started.pid], signal.SIGKILL)  # take the run down with it
+                started.wait()
+            stopped = stop_leftovers()
         if reader is not None:  # every writer is gone now, so the pipe ends
             reader.join(DRAIN_S)
     if stopped:
         print(f"accelerate-core launch: stopped {len(stopped)} process(es) the run left behind",
               file=sys.stderr)
     status = exit_status(returncode)
-    if received and status == 0:
-        status = 128 + received[0]  # interrupted: never report success
+    if forwarding.received and status == 0:
+        status = 128 + forwarding.received[0]  # interrupted: never report success
     return status
