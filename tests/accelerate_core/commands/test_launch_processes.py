@@ -170,14 +170,14 @@ def test_ctrl_c_or_sigterm_to_launch_stops_every_rank(tmp_path: Path, sig: signa
 
 
 def _signal_state(pid: int) -> str:
-    """Alive or not, and the signals it ignores and catches (hex masks of /proc/PID/status)."""
+    """Alive or not, and the signals it blocks, ignores and catches (hex masks, /proc/PID/status)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return f"{pid} is gone"
     fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-    return (f"{pid} {fields.get('State', '?').strip()}, SigIgn {fields.get('SigIgn', '?').strip()}, "
-            f"SigCgt {fields.get('SigCgt', '?').strip()}")
+    masks = ", ".join(f"{name} {fields.get(name, '?').strip()}" for name in ("SigBlk", "SigIgn", "SigCgt"))
+    return f"{pid} {fields.get('State', '?').strip()}, {masks}"
 
 
 def test_one_process_run_is_stopped_by_sigint_too(tmp_path: Path) -> None:
