@@ -1,13 +1,21 @@
 """Where the repository's own matrix and goldens live (the defaults; `--matrix` overrides), and
-where the goldens of any other matrix file live: in `golden/` beside it."""
+where the goldens of any other matrix file live: in `golden/` beside it.
+
+`HARNESS_GOLDEN_DIR` replaces the repository's golden folder for a whole process tree. It exists
+for one purpose: running the tests and cells against goldens that look made on another machine
+(`nox -s foreign_goldens`, harness/truth/foreign_goldens.py), so that a test assuming the goldens
+were made on the machine running it fails here, not on a user's machine.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MATRIX_PATH = REPO_ROOT / "matrix" / "matrix.toml"
-GOLDEN_DIR = REPO_ROOT / "matrix" / "golden"
+GOLDEN_DIR_VARIABLE = "HARNESS_GOLDEN_DIR"
+GOLDEN_DIR = Path(os.environ.get(GOLDEN_DIR_VARIABLE) or REPO_ROOT / "matrix" / "golden")
 GOLDEN_FOLDER_NAME = "golden"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from accelerate_core.imports import is_deepspeed_available
+from harness.paths import GOLDEN_DIR
 from harness.spec.cell import Cell
 from harness.spec.matrix import load_matrix
 from harness.truth.judge import judge_record
@@ -140,7 +141,7 @@ def test_fp16_deepspeed_on_cpu_without_emulation_is_skipped_with_the_reason(tmp_
 # ----------------------------------------------------------------------------------- goldens
 # Judged through the runner's judging step, with a real record (a copy of the checked-in
 # regression golden, so no launch is needed) against a golden directory broken on purpose.
-GOLDENS = Path(__file__).resolve().parents[3] / "matrix" / "golden"
+GOLDENS = GOLDEN_DIR  # the repository's, or HARNESS_GOLDEN_DIR's (foreign goldens)
 
 
 @pytest.fixture

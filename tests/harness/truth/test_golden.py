@@ -12,8 +12,10 @@ from harness.spec.cell import PRECISIONS
 from harness.tasks import get_task, task_names
 from harness.truth import golden as golden_module
 from harness.truth.golden import GOLDEN_DIR, GoldenError, check_goldens, load_golden, update_goldens
-from harness.truth.golden_check import Reproduction
+from harness.truth.golden_check import Reproduction, judge_regeneration
 from harness.truth.golden_generation import generate
+from harness.truth.record import Record
+from harness.truth.regeneration import regeneration_tolerance
 
 OWN_GOLDENS = ("regression", "classifier", "lm", "scalar", "root_param", "sgd_accum", "clip_norm",
                "batchnorm", "dropout")
@@ -24,6 +26,16 @@ def golden_copy(tmp_path: Path) -> Path:
     for name in ("classifier-fp32", "classifier-fp16"):
         for suffix in (".json", ".safetensors"):
             shutil.copy(GOLDEN_DIR / f"{name}{suffix}", tmp_path / f"{name}{suffix}")
+    return tmp_path
+
+
+@pytest.fixture
+def golden_made_here(tmp_path: Path) -> Path:
+    """classifier-fp32 as this machine makes it: a test that counts what moved must start from
+    bits this machine reproduces, wherever the checked-in goldens were made (on an AMD EPYC the
+    checked-in classifier goldens are "reproduced within", not bit-identical: docs/goldens.md)."""
+    [made] = update_goldens(tasks=["classifier"], precisions=["fp32"], golden_dir=tmp_path)
+    assert made.rewritten
     return tmp_path
 
 
@@ -51,14 +63,15 @@ def test_regenerating_reproduces_every_checked_in_golden(record_property: pytest
 
 
 def test_deterministic_mode_is_bit_identical_with_the_isa_capped() -> None:
-    # The machine made to look older (oneDNN and MKL capped at AVX2, torch's dispatch at AVX2 for
-    # the inputs the parent makes): the goldens must not move a bit. lm is the most sensitive.
+    # This machine made to look older (oneDNN and MKL capped at AVX2) must make the same bits as
+    # this machine uncapped: both are made here, so the test holds whatever CPU made the
+    # checked-in goldens. lm is the most sensitive task.
     older = {"DNNL_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
-    made = generate([("lm", "fp32"), ("lm", "bf16")], extra_environment=older)
-    for precision in ("fp32", "bf16"):
-        on_disk = (GOLDEN_DIR / f"lm-{precision}.safetensors").read_bytes()
-        assert made[("lm", precision)].tensor_bytes() == on_disk, precision
-        assert made[("lm", precision)].meta["golden"]["made_on"]["environment"]["DNNL_MAX_CPU_ISA"] == "AVX2"
+    pairs = [("lm", "fp32"), ("lm", "bf16")]
+    capped, uncapped = generate(pairs, extra_environment=older), generate(pairs)
+    for pair in pairs:
+        assert capped[pair].tensor_bytes() == uncapped[pair].tensor_bytes(), pair
+        assert capped[pair].meta["golden"]["made_on"]["environment"]["DNNL_MAX_CPU_ISA"] == "AVX2"
 
 
 def test_a_golden_records_the_machine_and_mode_it_was_made_in() -> None:
@@ -129,41 +142,42 @@ def test_update_writes_new_goldens_then_keeps_them(tmp_path: Path) -> None:
     first = update_goldens(tasks=["regression"], precisions=["fp32", "fp16"], golden_dir=tmp_path)
     assert [c.summary() for c in first] == [
         f"regression-{p}: new (no golden file yet) -> rewritten" for p in ("fp32", "fp16")]
-    name = "regression-fp32.safetensors"
-    assert (tmp_path / name).read_bytes() == (GOLDEN_DIR / name).read_bytes()
+    # What was written is the checked-in golden as this machine reproduces it (bit for bit, or
+    # within the regeneration tolerance where the checked-in one was made on another CPU).
+    for precision in ("fp32", "fp16"):
+        written = Record.load(tmp_path / f"regression-{precision}")
+        check = judge_regeneration(GOLDEN_DIR / f"regression-{precision}", written,
+                                   regeneration_tolerance(precision))
+        assert check.passed, [check.summary(), *check.differences]
     again = update_goldens(tasks=["regression"], precisions=["fp32", "fp16"], golden_dir=tmp_path)
     assert [(c.reproduction, c.rewritten) for c in again] == [(Reproduction.BIT_IDENTICAL, False)] * 2
 
 
-def test_check_names_what_changed(golden_copy: Path) -> None:
-    from harness.truth.record import Record
-
-    stem = golden_copy / "classifier-fp32"
+def test_check_names_what_changed(golden_made_here: Path) -> None:
+    stem = golden_made_here / "classifier-fp32"
     record = Record.load(stem)
     record.state_dict["body.weight"][1, 2] += 0.5
     record.losses[3] += 0.25
     record.save(stem)  # consistent files (hash matches), different numbers
-    [check] = check_goldens(tasks=["classifier"], precisions=["fp32"], golden_dir=golden_copy)
+    [check] = check_goldens(tasks=["classifier"], precisions=["fp32"], golden_dir=golden_made_here)
     assert check.reproduction is Reproduction.CHANGED and not check.passed
     assert sorted(check.differences) == ["classifier-fp32: losses changed (max |diff| 0.25)",
                                          "classifier-fp32: state_dict/body.weight changed (max |diff| 0.5)"]
     assert check.summary().startswith("classifier-fp32: changed (made on ")
 
 
-def test_a_golden_moved_within_the_regeneration_tolerance_is_reproduced(golden_copy: Path) -> None:
+def test_a_golden_moved_within_the_regeneration_tolerance_is_reproduced(golden_made_here: Path) -> None:
     # What another CPU's kernels would do: the last bits of one weight move (well inside the
     # measured fp32 regeneration tolerance of 1.5e-6), and the verdict says so, with both machines.
-    from harness.truth.record import Record
-
-    stem = golden_copy / "classifier-fp32"
+    stem = golden_made_here / "classifier-fp32"
     record = Record.load(stem)
     record.state_dict["body.weight"][0, 0] += 4e-7
     record.save(stem)
-    [check] = check_goldens(tasks=["classifier"], precisions=["fp32"], golden_dir=golden_copy)
+    [check] = check_goldens(tasks=["classifier"], precisions=["fp32"], golden_dir=golden_made_here)
     assert check.reproduction is Reproduction.WITHIN and check.passed
     assert check.summary().startswith("classifier-fp32: reproduced within rtol 0, atol 1.5e-06 (made on ")
     assert "checked on" in check.summary() and len(check.differences) == 1
     record.state_dict["body.weight"][0, 0] += 3e-6  # now beyond it
     record.save(stem)
-    [check] = check_goldens(tasks=["classifier"], precisions=["fp32"], golden_dir=golden_copy)
+    [check] = check_goldens(tasks=["classifier"], precisions=["fp32"], golden_dir=golden_made_here)
     assert check.reproduction is Reproduction.CHANGED
