@@ -93,6 +93,19 @@ def warm_up(cells: list[Cell]) -> dict[str, float]:
     return timings
 
 
+def _freeze_survivors() -> None:
+    """Collect, then leave whatever survived out of every later collection (gc.freeze).
+
+    A cell ends in several full collections (DeepSpeed's own, the core's teardown and
+    free_memory), and a full collection walks every object alive: with torch and deepspeed
+    imported that was 0.1-0.23 s a call, three quarters of a single-process cell. What survives
+    a full collection here (modules, imported lazily by a first cell too, and their caches) lives
+    as long as the process anyway; everything a later cell creates is still collected after it,
+    so no cell keeps another's objects. Numbers are untouched: only the collector's walk changes."""
+    gc.collect()
+    gc.freeze()
+
+
 def build_deepspeed_cpu_ops() -> None:
     """DeepSpeed JIT-compiles its CPU shared-memory comm op the first time an engine starts on a
     machine (60-90 s, then cached under TORCH_EXTENSIONS_DIR): built or loaded here, before any
@@ -147,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         timings = warm_up(cells)
     except BaseException:  # e.g. deepspeed fails to import: the first cell reports it below
         traceback.print_exc()
+    _freeze_survivors()
     if rank == 0:
         timings["seconds"] = round(time.perf_counter() - warm_start, 3)
         write_text_atomic(status / "warm_up.json", json.dumps(timings))
@@ -169,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             # The process group may be mid-collective on other ranks: end the launch; the parent
             # runs the remaining cells in a fresh one.
             os._exit(EXIT_CELL_ERROR)
-        gc.collect()
+        _freeze_survivors()
         if rank == 0:
             seconds = time.perf_counter() - start
             write_text_atomic(status / f"{cell_id}.finished", json.dumps({"seconds": seconds}))
