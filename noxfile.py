@@ -1,7 +1,7 @@
 """nox sessions: `nox -s matrix` (the whole matrix, both environments), `tests`, `golden`, `lint`.
 
 Every session gets its own virtualenv under .nox/. torch==2.13.0 is installed FIRST: the
-project's own range (torch>=2.3) would otherwise let pip fetch the newest build, a download of
+project's own range (torch>=2.13) would otherwise let pip fetch the newest build, a download of
 several GB. Reuse venvs with `nox -R` (= --reuse-existing-virtualenvs --no-install).
 
 Each venv has its own TORCH_EXTENSIONS_DIR: DeepSpeed JIT-compiles a comm op on first use
@@ -18,6 +18,10 @@ rebuilt and overwritten every time the other venv runs.
                                      [environments.*] with sweep = true in matrix/matrix.toml, each
                                      with torch and deepspeed pinned; reports/versions/<env>/
     nox -s versions -- -k "cpu2 and zero"   fewer cells per environment
+    nox -s foreign_goldens           the tests that read goldens (marker `goldens`, the matrix
+                                     cells included) against goldens moved as a regeneration on
+                                     another CPU would move them (harness/truth/foreign_goldens.py);
+                                     tests(deepspeed) runs its whole suite against them too
     nox -s lint                      ruff + mypy
 """
 
@@ -70,6 +74,7 @@ def _sweep_environments() -> dict[str, dict[str, object]]:
 SWEEP = _sweep_environments()
 SWEEP_REPORTS = REPORTS / "versions"
 ALLOW_UNSUPPORTED = "ACCELERATE_CORE_ALLOW_UNSUPPORTED_DEEPSPEED"  # accelerate_core/deepspeed_support.py
+GOLDEN_DIR_VARIABLE = "HARNESS_GOLDEN_DIR"  # harness/paths.py
 
 # Tests of the harness's own machinery (the runner's scheduling, faults and signals, script mode,
 # a user's task package, the report directory rules, the CLI, goldens, the loop's plain cells, the
@@ -184,12 +189,39 @@ def tests(session: nox.Session, env: str) -> None:
     if env == "nodeepspeed":
         paths += [f"--deselect={test}" for test in ENVIRONMENT_NEUTRAL_TESTS]
     # --durations: the slowest tests in every CI log (a CI run must stay short; see README).
-    # --junitxml: every test's time, for the CI system and for finding what to cut.
+    # --junitxml: every test's time, for the CI system and for benchmarks/suite_time.py.
     args = session.posargs or [*paths, "-n", "2", "--dist", "loadfile", "-ra", "--durations=15",
                                f"--junitxml={REPORTS / f'junit-tests-{env}.xml'}"]
-    session.run("python", "-m", "pytest", *args, env=_environ(session, env))
+    environ = _environ(session, env)
+    if env == "deepspeed":
+        # The goldens this suite reads look made on another machine: a test that assumes they
+        # were made on the machine running it fails here, not on a user's CPU of another vendor.
+        # tests(nodeepspeed)'s cells and the older-CPU pass read the checked-in ones.
+        environ[GOLDEN_DIR_VARIABLE] = _foreign_goldens(session)
+    session.run("python", "-m", "pytest", *args, env=environ)
     if env == "deepspeed" and not session.posargs:
         _numerics_on_an_older_cpu(session)
+
+
+def _foreign_goldens(session: nox.Session) -> str:
+    """The checked-in goldens, each moved as a regeneration on another CPU would move it."""
+    folder = REPORTS / "foreign-goldens"
+    session.run("python", "-m", "harness.truth.foreign_goldens", str(folder))
+    return str(folder.resolve())
+
+
+@nox.session(python=PYTHON)
+def foreign_goldens(session: nox.Session) -> None:
+    """Every test that reads goldens (marker `goldens`: the golden, judge and comparison tests and
+    the matrix cells) against goldens moved as another CPU would move them. Arguments after --
+    replace the default pytest arguments."""
+    _install(session, EXTRAS["deepspeed"])
+    _check_deepspeed(session, "deepspeed")
+    _build_deepspeed_ops(session, "deepspeed")
+    environ = {**_environ(session, "deepspeed"), GOLDEN_DIR_VARIABLE: _foreign_goldens(session),
+               "MATRIX_REPORT_DIR": str((REPORTS / "pytest" / "foreign-goldens").resolve())}
+    args = session.posargs or ["tests", "-m", "goldens", "-n", "2", "--dist", "loadfile", "-ra"]
+    session.run("python", "-m", "pytest", *args, env=environ)
 
 
 def _numerics_on_an_older_cpu(session: nox.Session) -> None:

@@ -12,6 +12,9 @@ from harness.cli.main import main
 from harness.paths import MATRIX_PATH
 from harness.truth.golden import load_golden, update_command
 
+# Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
+pytestmark = pytest.mark.goldens
+
 
 def test_check_of_one_task_and_precision_checks_that_golden_only(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["golden", "--check", "--task", "regression", "--precision", "fp32"]) == 0

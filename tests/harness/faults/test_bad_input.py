@@ -164,10 +164,12 @@ def _judge(tmp_path: Path) -> tuple[Status, str]:
     return result.status, result.reason
 
 
+@pytest.mark.goldens
 def test_golden_intact_passes(broken_goldens: Path, tmp_path: Path) -> None:
     assert _judge(tmp_path)[0] == Status.PASSED  # the fixture itself is sound
 
 
+@pytest.mark.goldens
 def test_golden_missing(broken_goldens: Path, tmp_path: Path) -> None:
     (broken_goldens / "regression-fp32.json").unlink()
     status, reason = _judge(tmp_path)
@@ -176,6 +178,7 @@ def test_golden_missing(broken_goldens: Path, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.goldens
 def test_golden_truncated(broken_goldens: Path, tmp_path: Path) -> None:
     tensors = broken_goldens / "regression-fp32.safetensors"
     tensors.write_bytes(tensors.read_bytes()[: tensors.stat().st_size // 2])
@@ -183,6 +186,7 @@ def test_golden_truncated(broken_goldens: Path, tmp_path: Path) -> None:
     assert status == Status.ERROR and "GoldenError" in reason and "unusable" in reason
 
 
+@pytest.mark.goldens
 def test_golden_tampered(broken_goldens: Path, tmp_path: Path) -> None:
     tensors = broken_goldens / "regression-fp32.safetensors"
     data = bytearray(tensors.read_bytes())
@@ -192,6 +196,7 @@ def test_golden_tampered(broken_goldens: Path, tmp_path: Path) -> None:
     assert status == Status.ERROR and "GoldenError" in reason and "sha256" in reason
 
 
+@pytest.mark.goldens
 def test_golden_made_for_another_task_definition(broken_goldens: Path, tmp_path: Path) -> None:
     meta = broken_goldens / "regression-fp32.json"
     text = meta.read_text()

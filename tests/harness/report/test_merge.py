@@ -18,6 +18,9 @@ from harness.truth.golden import load_golden
 from harness.truth.outcome import CellResult, Comparison, Status
 from harness.truth.record import Record
 
+# Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
+pytestmark = pytest.mark.goldens
+
 SINGLE = "regression-cpu1-single-fp32"
 
 

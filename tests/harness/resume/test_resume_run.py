@@ -21,7 +21,7 @@ from harness.truth.outcome import CellResult, Failure, Status
 from harness.truth.record import Record
 from harness.truth.resume import judge_resume
 
-pytestmark = [pytest.mark.deepspeed, pytest.mark.slow,
+pytestmark = [pytest.mark.goldens, pytest.mark.deepspeed, pytest.mark.slow,
               pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed")]
 
 # Every cell on the 2-process shape: one source launch, one destination launch. Cross-backend

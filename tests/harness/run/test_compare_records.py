@@ -7,9 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from harness.spec.matrix import load_matrix
 from harness.truth.golden import load_golden
 from tests.harness.runner_helpers import cells_by_id, report, run_harness
+
+# Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
+pytestmark = pytest.mark.goldens
 
 CELL = "regression-cpu1-single-fp32"
 

@@ -17,6 +17,9 @@ from harness.truth.judge import judge_record
 from harness.truth.outcome import Status
 from tests.harness.runner_helpers import SINGLE_CPU_EVIDENCE
 
+# Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
+pytestmark = pytest.mark.goldens
+
 
 def test_tolerances_from_the_matrix_have_reasons() -> None:
     matrix = load_matrix()

@@ -15,6 +15,9 @@ from harness.truth.compare import compare_record, diagnose
 from harness.truth.golden import load_golden
 from harness.truth.record import Record
 
+# Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
+pytestmark = pytest.mark.goldens
+
 FP32 = Tolerance(precision="fp32", family="plain", rtol=1.3e-6, atol=1e-5, reason="test")
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import torch
 
 from harness.tasks import get_task
 from harness.truth.golden import load_golden
 from harness.truth.reference import train_reference
+
+# Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
+pytestmark = pytest.mark.goldens
 
 TASKS = ["batchnorm", "lm", "classifier", "regression"]
 

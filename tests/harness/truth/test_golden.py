@@ -17,6 +17,9 @@ from harness.truth.golden_generation import generate
 from harness.truth.record import Record
 from harness.truth.regeneration import regeneration_tolerance
 
+# Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
+pytestmark = pytest.mark.goldens
+
 OWN_GOLDENS = ("regression", "classifier", "lm", "scalar", "root_param", "sgd_accum", "clip_norm",
                "batchnorm", "dropout")
 

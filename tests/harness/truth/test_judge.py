@@ -6,12 +6,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from harness.spec.cell import Cell
 from harness.spec.matrix import Expected, Match, load_matrix
 from harness.truth.golden import load_golden
 from harness.truth.judge import RANDOMNESS, apply_expected, buffer_names, judge_record, new_result
 from harness.truth.outcome import CellResult, Failure, Status
 from tests.harness.runner_helpers import SINGLE_CPU_EVIDENCE
+
+# Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
+pytestmark = pytest.mark.goldens
 
 
 def _result(status: Status, failure: Failure | None = None, reason: str = "observed reason",

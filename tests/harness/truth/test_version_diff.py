@@ -13,6 +13,9 @@ from harness.spec.matrix import load_matrix
 from harness.truth.golden import load_golden
 from harness.truth.version_diff import record_change, same_torch
 
+# Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
+pytestmark = pytest.mark.goldens
+
 FP32_ZERO = load_matrix().tolerance_for("fp32", "zero2")
 
 
