@@ -42,6 +42,7 @@ def command(browser: str, page: Path, out: Path, window_size: str, profile: Path
         f"--window-size={window_size}",
         "--hide-scrollbars",
         "--disable-gpu",
+        "--force-device-scale-factor=1",  # one PNG pixel per CSS pixel, whatever the display says
         f"--user-data-dir={profile}",
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:

@@ -1,7 +1,10 @@
 """report.html: one self-contained page (inline CSS and SVG, no JavaScript).
 
-Top: the matrix as a grid of tasks x configurations, each square coloured by status and
-linking to that cell below. Then the cells in the order a reader wants them:
+Top: the headline and the near misses (passed cells at 80% or more of a tolerance,
+harness/report/near_miss.py), then the matrix as a grid of tasks x configurations, each square
+coloured by status and linking to that cell below; columns in which every cell was skipped for
+one cause fold into one labelled column, the full grid collapsed below it (html_grid.py). Then
+the cells in the order a reader wants them:
 
 1. Failed: the unexpected results (crashed, timeout, error, failed, xpassed), worst first, each
    with its diagnosis and, where losses were recorded, its loss curve against the golden (from
@@ -18,134 +21,29 @@ failures, the cross-environment comparison of records.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from harness.report.grid import Grid
+from harness.report.html_grid import grid_html, resume_grids_html
+from harness.report.html_parts import (
+    COLOUR,
+    CSS,
+    EMULATED_BADGE,
+    Anchor,
+    anchor,
+    badge,
+    merged_anchor,
+)
 from harness.report.merged import CrossCheck, MergedReport
-from harness.report.resume_grid import ResumeGrid
-from harness.report.summary import by_severity, headline, margin, ok, tolerance_share, unexpected
+from harness.report.near_miss import NEAR_MISS_SHARE, count_text, near_misses, rule_text
+from harness.report.summary import by_severity, headline, margin, margin_text, ok, tolerance_share, unexpected
 from harness.report.svg import loss_curve_svg
-from harness.report.text import DETAIL_TAIL_CHARS, comparison_line, percent
+from harness.report.text import DETAIL_TAIL_CHARS, comparison_line
 from harness.truth.outcome import CellResult, Status
 
-COLOUR = {
-    Status.PASSED: "#2e7d32",
-    Status.FAILED: "#c62828",
-    Status.SKIPPED: "#9e9e9e",
-    Status.XFAILED: "#f9a825",
-    Status.XPASSED: "#ef6c00",
-    Status.ERROR: "#6a1b9a",
-    Status.TIMEOUT: "#ad1457",
-    Status.CRASHED: "#212121",
-}
 # Cells whose curve is drawn: those where the curve explains something.
 CURVE_STATUSES = (Status.FAILED, Status.XPASSED, Status.XFAILED, Status.CRASHED, Status.TIMEOUT)
-
-SMALLEST_SHARE = 1e-4  # a margin below 0.01% of the tolerance is shown as "<0.01%"
-EMULATED_BADGE = ' <span class="badge" style="background:#455a64">emulated fp16</span>'
-
-CSS = """
-body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
-table{border-collapse:collapse;margin:.5em 0}
-td,th{border:1px solid #ddd;padding:3px 6px;font-size:12px}
-th{text-align:left}
-th.col{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;font-family:monospace}
-td.sq{width:22px;height:22px;padding:0}
-td.sq a{display:block;width:100%;height:100%;text-decoration:none}
-.badge{color:#fff;border-radius:3px;padding:1px 6px;font-size:12px}
-pre{background:#f5f5f5;padding:.6em;overflow-x:auto;font-size:11px;max-height:24em}
-section{border-top:1px solid #ddd;padding:.4em 0}
-.ok{color:#2e7d32}.bad{color:#c62828}
-.bar{display:inline-block;width:80px;height:8px;background:#eee;margin-right:6px;vertical-align:middle}
-.bar span{display:block;height:100%}
-details.skip{margin:.25em 0}
-ul.ids{columns:3;font-size:12px}
-small.env{color:#555}
-"""
-
-
-def anchor(result: CellResult) -> str:
-    """The element id of a cell in a one-environment report (a cell id is unique there)."""
-    return "cell-" + result.id
-
-
-def merged_anchor(result: CellResult) -> str:
-    """The element id of a cell in a merged report, where one cell id occurs once per environment."""
-    return f"cell-{result.environment}.{result.id}"
-
-
-Anchor = Callable[[CellResult], str]
-
-
-def _badge(status: Status) -> str:
-    return f'<span class="badge" style="background:{COLOUR[status]}">{status.value}</span>'
-
-
-def _margin_text(result: CellResult) -> str:
-    worst = margin(result)
-    if worst is None:
-        return "no comparison"
-    used = tolerance_share(worst)
-    if 0 < used < SMALLEST_SHARE:  # 1.9e-05% reads as noise: say how small it is
-        return f"<{SMALLEST_SHARE * 100:g}% of tolerance"
-    return f"{percent(worst.tolerance_used)} of tolerance"
-
-
-def _grid(results: Sequence[CellResult], anchor_of: Anchor, by_environment: bool) -> str:
-    grid = Grid.of(results, by_environment=by_environment)
-    head = "".join(f'<th class="col">{escape(c)}</th>' for c in grid.columns)
-    rows = ["<tr>" + "".join(f"<th>{h}</th>" for h in grid.row_headers) + f"{head}</tr>"]
-    for index, key in enumerate(grid.rows):
-        labels = []
-        if by_environment:  # one header spanning the environment's rows (inputs come one by one)
-            env = key[0]
-            if index == 0 or grid.rows[index - 1][0] != env:
-                span = sum(1 for k in grid.rows[index:] if k[0] == env)
-                labels.append(f'<th rowspan="{span}"><code>{escape(env)}</code></th>')
-        labels.append(f"<th>{escape(key[-1])}</th>")
-        squares = []
-        for result in grid.row(key):
-            if result is None:
-                squares.append('<td class="sq" style="background:#fff"></td>')
-                continue
-            status = Status(result.status)
-            note = _margin_text(result) if status is Status.PASSED else result.reason
-            where = f" in {result.environment}" if by_environment else ""
-            tip = escape(f"{result.id}{where}: {status.value}. {note}", quote=True)
-            squares.append(
-                f'<td class="sq" style="background:{COLOUR[status]}" title="{tip}">'
-                f'<a href="#{escape(anchor_of(result))}" aria-label="{tip}"></a></td>'
-            )
-        rows.append(f"<tr>{''.join(labels)}{''.join(squares)}</tr>")
-    legend = " ".join(_badge(s) for s in Status)
-    return f"<p>{legend}</p><table>{''.join(rows)}</table>"
-
-
-def _resume_grids(results: Sequence[CellResult], anchor_of: Anchor) -> str:
-    """One from x to grid per task and precision: saved by the row, resumed by the column."""
-    parts = []
-    for grid in ResumeGrid.all_of(results):
-        head = "".join(f'<th class="col">{escape(d)}</th>' for d in grid.destinations)
-        rows = [f"<tr><th>saved by (row), resumed by (column)</th>{head}</tr>"]
-        for source in grid.sources:
-            squares = []
-            for destination in grid.destinations:
-                result = grid.at(source, destination)
-                if result is None:
-                    squares.append('<td class="sq" style="background:#fff"></td>')
-                    continue
-                status = Status(result.status)
-                note = _margin_text(result) if status is Status.PASSED else result.reason
-                tip = escape(f"{result.id}: {status.value}. {note}", quote=True)
-                squares.append(f'<td class="sq" style="background:{COLOUR[status]}" title="{tip}">'
-                               f'<a href="#{escape(anchor_of(result))}" aria-label="{tip}"></a></td>')
-            rows.append(f"<tr><th><code>{escape(source)}</code></th>{''.join(squares)}</tr>")
-        parts.append(f'<h3 id="resume-{escape(grid.task)}-{escape(grid.precision)}">Resume: '
-                     f"<code>{escape(grid.task)}</code> {escape(grid.precision)}, saved after optimizer step "
-                     f"{grid.step}</h3><table>{''.join(rows)}</table>")
-    return f'<h2 id="resume">Resume cells (saved by x resumed by)</h2>{"".join(parts)}' if parts else ""
 
 
 def _env_label(result: CellResult, show_env: bool) -> str:
@@ -156,7 +54,7 @@ def _diagnosis(result: CellResult, anchor_of: Anchor, show_env: bool) -> str:
     status = Status(result.status)
     parts = [
         f'<section id="{escape(anchor_of(result))}"><h3><code>{escape(result.id)}</code>'
-        f"{_env_label(result, show_env)} {_badge(status)}"
+        f"{_env_label(result, show_env)} {badge(status)}"
         + (EMULATED_BADGE if result.emulated else "")
         + f"</h3><p>{escape(result.reason) or '&nbsp;'} <small>({result.duration_s:.2f} s)</small></p>"
     ]
@@ -186,7 +84,7 @@ def _passed(results: Sequence[CellResult], anchor_of: Anchor, show_env: bool) ->
     for result in sorted(results, key=share, reverse=True):  # stable: the run's order within a tie
         worst = margin(result)
         used = min(max(share(result), 0.0), 1.0) * 100
-        colour = "#c62828" if used >= 80 else "#f9a825" if used >= 50 else "#2e7d32"
+        colour = "#c62828" if used >= NEAR_MISS_SHARE * 100 else "#f9a825" if used >= 50 else "#2e7d32"
         bar = f'<span class="bar"><span style="width:{used:.0f}%;background:{colour}"></span></span>'
         items = "".join(f"<li><code>{escape(comparison_line(c))}</code></li>" for c in result.comparisons)
         count = len(result.comparisons)
@@ -195,7 +93,7 @@ def _passed(results: Sequence[CellResult], anchor_of: Anchor, show_env: bool) ->
         rows.append(
             f'<tr id="{escape(anchor_of(result))}"><td><code>{escape(result.id)}</code>'
             f"{_env_label(result, show_env)}{emulated}</td>"
-            f'<td class="margin">{bar}{escape(_margin_text(result))}</td>'
+            f'<td class="margin">{bar}{escape(margin_text(result))}</td>'
             f"<td>{escape(worst.quantity) if worst else ''}</td><td>{result.duration_s:.2f} s</td>"
             f"<td>{listing}</td></tr>"
         )
@@ -257,6 +155,28 @@ def _environment_rows(environment: dict[str, Any]) -> str:
     )
 
 
+def _near_misses(results: Sequence[CellResult], anchor_of: Anchor, show_env: bool) -> str:
+    """The near misses, right under the headline (where a reader looks first), closest first;
+    each links to its row of the Passed table."""
+    misses = near_misses(results)
+    if not misses:
+        return f'<p id="near-misses">No near miss: no cell {rule_text()}.</p>'
+    items = "".join(
+        f'<li><a href="#{escape(anchor_of(m.result))}"><code>{escape(m.id)}</code></a>'
+        f"{_env_label(m.result, show_env)}: {escape(m.text)}</li>"
+        for m in misses
+    )
+    return (f'<div class="near" id="near-misses"><b>{count_text(misses)}</b>, {rule_text()}: the next '
+            f"flake, or the next bug a looser tolerance would hide.<ul>{items}</ul></div>")
+
+
+def _summary(results: Sequence[CellResult], verdict: str, anchor_of: Anchor, show_env: bool) -> str:
+    """The headline with the verdict and the near-miss count, then the near misses."""
+    misses = near_misses(results)
+    near = f"; <b>{count_text(misses)}</b>" if misses else ""
+    return f"<p>{escape(headline(results))}: {verdict}{near}</p>{_near_misses(results, anchor_of, show_env)}"
+
+
 def render_html(results: Sequence[CellResult], environment: dict[str, Any]) -> str:
     env_name = str(environment.get("name", "?"))
     verdict = (
@@ -266,9 +186,9 @@ def render_html(results: Sequence[CellResult], environment: dict[str, Any]) -> s
     )
     body = (
         f'<h1 id="top">Matrix report: <code>{escape(env_name)}</code></h1>'
-        f"<p>{escape(headline(results))}: {verdict}</p>"
-        f"{_grid(results, anchor, by_environment=False)}"
-        f"{_resume_grids(results, anchor)}"
+        f"{_summary(results, verdict, anchor, show_env=False)}"
+        f"{grid_html(results, anchor, by_environment=False)}"
+        f"{resume_grids_html(results, anchor)}"
         f"<details><summary>Environment</summary><table>{_environment_rows(environment)}</table></details>"
         + _cells(by_severity(results), anchor, show_env=False)
     )
@@ -321,8 +241,8 @@ def render_merged_html(merged: MergedReport) -> str:
     cross = _cross(merged.cross, results)
     body = (
         f'<h1 id="top">Matrix report: {names}</h1>'
-        f"<p>{escape(headline(results))}: {verdict}</p>"
-        f"{_grid(results, merged_anchor, by_environment=True)}"
+        f"{_summary(results, verdict, merged_anchor, show_env=True)}"
+        f"{grid_html(results, merged_anchor, by_environment=True)}"
         f"<details><summary>Environments</summary>{_environments_table(merged)}</details>"
         + _cells(by_severity(results), merged_anchor, show_env=True, after_failures=cross)
     )

@@ -2,8 +2,9 @@
 
 {"summary": {status: count}, "environment": {...}, "cells": [{id, task, device, strategy,
 processes, precision, status, reason, duration_s, comparisons: [...]}, ...]} plus extra keys
-(schema_version, ok, total, and per cell detail, emulated, environment, extra). A merged report
-(`python -m harness report merge`) adds "environments" and "cross_environment".
+(schema_version, ok, total, near_misses, and per cell detail, emulated, environment, extra). A
+merged report (`python -m harness report merge`) adds "environments" and "cross_environment".
+New keys are only ever added: programs read the existing ones by name.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.report.merged import MergedReport
+from harness.report.near_miss import near_misses_json
 from harness.report.summary import counts, ok
 from harness.truth.outcome import CellResult
 from harness.truth.record_changes import record_changes_summary
@@ -40,6 +42,8 @@ def report_dict(results: Sequence[CellResult], environment: dict[str, Any]) -> d
         "summary": counts(results),
         "environment": _finite(environment),
         "cells": [_finite(result.to_json()) for result in results],
+        # Passed cells at 80% or more of a tolerance (harness/report/near_miss.py).
+        "near_misses": _finite(near_misses_json(results)),
     } | _record_changes(results)
 
 

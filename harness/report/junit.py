@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.report.merged import MergedReport
+from harness.report.near_miss import count_text, near_misses, rule_text
 from harness.report.text import failure_text
 from harness.truth.outcome import CellResult, Status
 
@@ -40,6 +41,11 @@ def _suite(suites: ET.Element, results: Sequence[CellResult], environment: dict[
     for key in ("name", "python", "torch", "deepspeed", "platform"):
         if key in environment:
             ET.SubElement(props, "property", name=key, value=_clean(str(environment[key])))
+    # The suite's summary: passed cells at 80% or more of a tolerance, one property each.
+    misses = near_misses(results)
+    ET.SubElement(props, "property", name="near_misses", value=f"{count_text(misses)} ({rule_text()})")
+    for miss in misses:
+        ET.SubElement(props, "property", name="near_miss", value=_clean(f"{miss.id}: {miss.text}"))
     for result in results:
         status = Status(result.status)
         case = ET.SubElement(

@@ -1,7 +1,10 @@
 """report.md: a short report fit for a GitHub step summary ($GITHUB_STEP_SUMMARY) or a PR comment.
 
-Problems first (what a reader came for), then the grid of tasks x configurations, then every
-cell folded away in <details> so the summary stays short on a green run.
+The headline and the near misses first, then problems (what a reader came for), then the grid
+of tasks x configurations (markdown_grid.py: folded, narrow), then every cell folded away in
+<details> so the summary stays short on a green run. Each section leads with its counts. A step
+summary holds 1 MiB (GitHub drops a larger one whole): the diagnoses stop at MAX_DIAGNOSES, and
+tests/harness/report/test_report_size.py measures a full-matrix report against that and a width.
 """
 
 from __future__ import annotations
@@ -9,12 +12,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.report.grid import Grid
+from harness.report.markdown_grid import grid_markdown
 from harness.report.merged import MergedReport
+from harness.report.near_miss import count_text, near_misses, rule_text
 from harness.report.record_changes import record_changes_markdown
-from harness.report.summary import SYMBOL, by_severity, headline, ok, unexpected
+from harness.report.summary import SYMBOL, by_severity, headline, margin_text, ok, unexpected
 from harness.report.text import DETAIL_TAIL_CHARS, failure_text
 from harness.truth.outcome import CellResult, Status
+
+# The worst 30 diagnoses (at most ~2.5 KB each) keep a failing run's summary near 100 KB; the
+# table above them lists every unexpected result, report.html every diagnosis.
+MAX_DIAGNOSES = 30
 
 
 def _cell(text: object) -> str:
@@ -57,67 +65,84 @@ def _environment_table(*envs: dict[str, Any]) -> list[str]:
     ]
 
 
-def _grid(results: Sequence[CellResult], by_environment: bool = False) -> list[str]:
-    grid = Grid.of(results, by_environment=by_environment)
-    headers = " | ".join(grid.row_headers)
-    lines = [f"| {headers} | " + " | ".join(f"`{c}`" for c in grid.columns) + " |"]
-    lines.append("|---" * (len(grid.columns) + len(grid.row_headers)) + "|")
-    for key in grid.rows:
-        row = [SYMBOL[Status(r.status)] if r else "" for r in grid.row(key)]
-        lines.append(f"| {' | '.join(key)} | " + " | ".join(row) + " |")
+def _where(result: CellResult, show_env: bool) -> str:
+    return f" | `{result.environment}`" if show_env else ""
+
+
+def _near_misses(results: Sequence[CellResult], show_env: bool) -> list[str]:
+    """Under the headline: passed cells at 80% or more of a tolerance, closest first."""
+    misses = near_misses(results)
+    if not misses:
+        return [f"No near miss: no cell {rule_text()}.", ""]
+    lines = [f"**⚠️ {count_text(misses)}**, {rule_text()} (the next flake, or the next bug a looser "
+             "tolerance would hide):", ""]
+    for miss in misses:
+        where = f" in `{miss.result.environment}`" if show_env else ""
+        lines.append(f"- `{miss.id}`{where}: {miss.text}")
+    return [*lines, ""]
+
+
+def _problems(problems: Sequence[CellResult], show_env: bool) -> list[str]:
+    """The unexpected results: a table, then the worst MAX_DIAGNOSES diagnoses folded."""
+    env_head, env_rule = (" | environment", "|---") if show_env else ("", "")
+    lines = [f"### Unexpected results: {len(problems)}", "", f"| cell{env_head} | status | reason |",
+             f"|---{env_rule}|---|---|"]
+    lines += [f"| `{r.id}`{_where(r, show_env)} | {_label(r)} | {_cell(r.reason)} |" for r in problems]
+    lines.append("")
+    for r in problems[:MAX_DIAGNOSES]:
+        text = failure_text(r, tail_chars=DETAIL_TAIL_CHARS // 2).replace("```", "'''")
+        where = f" in <code>{r.environment}</code>" if show_env else ""
+        lines += [f"<details><summary><code>{r.id}</code>{where} diagnosis</summary>", "", "```", text, "```",
+                  "", "</details>", ""]
+    if len(problems) > MAX_DIAGNOSES:
+        lines += [f"{len(problems) - MAX_DIAGNOSES} more diagnoses are in report.html and junit.xml (this "
+                  f"summary keeps the worst {MAX_DIAGNOSES}: a step summary holds 1 MiB).", ""]
     return lines
 
 
-def _where(result: CellResult, show_env: bool) -> str:
-    return f" | `{result.environment}`" if show_env else ""
+def _all_cells(results: Sequence[CellResult], show_env: bool) -> list[str]:
+    """Every cell folded in <details>, worst first; skipped cells one row per reason (and
+    environment), a passed cell's margin where a reason would be."""
+    env_head, env_rule = (" | environment", "|---") if show_env else ("", "")
+    skipped: dict[tuple[str, str], list[CellResult]] = {}
+    for r in results:
+        if Status(r.status) is Status.SKIPPED:
+            skipped.setdefault((r.reason, r.environment if show_env else ""), []).append(r)
+    lines = [f"<details><summary>All cells ({len(results)})</summary>", "",
+             f"| cell{env_head} | status | duration (s) | reason, or a passed cell's margin |",
+             f"|---{env_rule}|---|---|---|"]
+    for r in by_severity(results):
+        label = _label(r) + (" (emulated)" if r.emulated else "")
+        note = margin_text(r) if Status(r.status) is Status.PASSED else r.reason
+        cell, duration = f"`{r.id}`", r.duration_s
+        if Status(r.status) is Status.SKIPPED:
+            group = skipped[(r.reason, r.environment if show_env else "")]
+            if r is not group[0]:
+                continue  # the group's first cell stands for it
+            if len(group) > 1:
+                cell = f"{len(group)} cells: `{group[0].id}` … `{group[-1].id}`"
+                duration = sum(g.duration_s for g in group)
+        lines.append(f"| {cell}{_where(r, show_env)} | {label} | {duration:.1f} | {_cell(note)} |")
+    return [*lines, "", "</details>", ""]
 
 
 def _cells(
     results: Sequence[CellResult], show_env: bool = False, after_problems: Sequence[str] = ()
 ) -> list[str]:
     """Unexpected results with their diagnoses, [after_problems], the grid, every cell folded."""
-    env_head, env_rule = (" | environment", "|---") if show_env else ("", "")
-    lines: list[str] = []
     problems = unexpected(results)
-    if problems:
-        lines += [
-            "### Unexpected results",
-            "",
-            f"| cell{env_head} | status | reason |",
-            f"|---{env_rule}|---|---|",
-        ]
-        lines += [f"| `{r.id}`{_where(r, show_env)} | {_label(r)} | {_cell(r.reason)} |" for r in problems]
-        lines.append("")
-        for r in problems:
-            text = failure_text(r, tail_chars=DETAIL_TAIL_CHARS // 2).replace("```", "'''")
-            where = f" in <code>{r.environment}</code>" if show_env else ""
-            lines += [
-                f"<details><summary><code>{r.id}</code>{where} diagnosis</summary>",
-                "",
-                "```",
-                text,
-                "```",
-                "",
-                "</details>",
-                "",
-            ]
+    lines = _problems(problems, show_env) if problems else []
     lines += after_problems
     if results:
-        legend = ", ".join(f"{SYMBOL[s]} {s.value}" for s in Status)
-        lines += ["### Grid", "", f"Legend: {legend}", "", *_grid(results, by_environment=show_env), ""]
-        lines += [
-            "<details><summary>All cells</summary>",
-            "",
-            f"| cell{env_head} | status | duration (s) | reason |",
-            f"|---{env_rule}|---|---|---|",
-        ]
-        for r in by_severity(results):
-            label = _label(r) + (" (emulated)" if r.emulated else "")
-            lines.append(
-                f"| `{r.id}`{_where(r, show_env)} | {label} | {r.duration_s:.1f} | {_cell(r.reason)} |"
-            )
-        lines += ["", "</details>", ""]
+        lines += [*grid_markdown(results, by_environment=show_env), *_all_cells(results, show_env)]
     return lines
+
+
+def _verdict(results: Sequence[CellResult], verdict: str) -> str:
+    """The summary line: the counts, the verdict, the near misses' count."""
+    misses = near_misses(results)
+    near = f" · ⚠️ {count_text(misses)}" if misses else ""
+    return f"**{headline(results)}** — {verdict}{near}"
 
 
 def render_markdown(results: Sequence[CellResult], environment: dict[str, Any]) -> str:
@@ -127,7 +152,8 @@ def render_markdown(results: Sequence[CellResult], environment: dict[str, Any]) 
         if ok(results)
         else (f"❌ {len(unexpected(results))} cell(s) failed unexpectedly")
     )
-    lines = [f"## Matrix report: `{env_name}`", "", f"**{headline(results)}** — {verdict}", ""]
+    lines = [f"## Matrix report: `{env_name}`", "", _verdict(results, verdict), ""]
+    lines += _near_misses(results, show_env=False)
     lines += [*_environment_table(environment), ""]
     startup = environment.get("startup")
     if isinstance(startup, dict) and startup.get("launches"):
@@ -176,7 +202,8 @@ def render_merged_markdown(merged: MergedReport) -> str:
     results = merged.results
     mark = "✅" if merged.ok else "❌"
     names = " + ".join(f"`{n}`" for n in merged.names)
-    lines = [f"## Matrix report: {names}", "", f"**{headline(results)}** — {mark} {merged.verdict}", ""]
+    lines = [f"## Matrix report: {names}", "", _verdict(results, f"{mark} {merged.verdict}"), ""]
+    lines += _near_misses(results, show_env=True)
     lines += [*_environment_table(*(r.environment for r in merged.inputs)), ""]
     lines += _cells(results, show_env=True, after_problems=_cross(merged) + _versions(merged))
     return "\n".join(lines)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from harness.report.text import percent
 from harness.truth.outcome import CellResult, Comparison, Status
+
+SMALLEST_SHARE = 1e-4  # a margin below 0.01% of the tolerance is shown as "<0.01%"
 
 # Worst first: the order problems are listed in every report.
 SEVERITY = (
@@ -80,3 +83,14 @@ def margin(result: CellResult) -> Comparison | None:
         if worst is None or tolerance_share(comparison) > tolerance_share(worst):
             worst = comparison
     return worst
+
+
+def margin_text(result: CellResult) -> str:
+    """A cell's margin in words: "12% of tolerance", "<0.01% of tolerance", "no comparison"."""
+    worst = margin(result)
+    if worst is None:
+        return "no comparison"
+    used = tolerance_share(worst)
+    if 0 < used < SMALLEST_SHARE:  # 1.9e-05% reads as noise: say how small it is
+        return f"<{SMALLEST_SHARE * 100:g}% of tolerance"
+    return f"{percent(worst.tolerance_used)} of tolerance"

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from harness.report.near_miss import count_text, near_misses, rule_text
 from harness.report.summary import SYMBOL, by_severity, headline
 from harness.truth.outcome import CellResult, Status
 
@@ -137,10 +138,22 @@ def summary_rows(results: Sequence[CellResult], full: bool = False) -> list[Row]
     return rows
 
 
+def near_miss_lines(results: Sequence[CellResult]) -> list[str]:
+    """The closing lines after the headline: each passed cell at 80% or more of a tolerance,
+    with the quantity and the share (nothing when there is none: a quiet run stays quiet)."""
+    misses = near_misses(results)
+    if not misses:
+        return []
+    width = max(len(m.id) for m in misses)
+    return [f"{count_text(misses)} ({rule_text()}):", *(f"  {m.id:<{width}}  {m.text}" for m in misses)]
+
+
 def print_summary(results: Sequence[CellResult], stream: IO[str] | None = None, full: bool = False) -> None:
-    """Print the final table (worst first; see summary_rows) and a one-line headline."""
+    """Print the final table (worst first; see summary_rows), a one-line headline and the near
+    misses under it."""
     stream = stream or sys.stdout
     rows = summary_rows(results, full)
+    closing = near_miss_lines(results)
     try:
         from rich.console import Console
         from rich.table import Table
@@ -149,6 +162,8 @@ def print_summary(results: Sequence[CellResult], stream: IO[str] | None = None, 
         for row in rows:
             print(f"{row.status.value:>8} {row.cell:<40} {row.duration_s:6.1f}s {row.reason}", file=stream)
         print(headline(results), file=stream)
+        for line in closing:
+            print(line, file=stream)
         return
     table = Table(title="Matrix results", show_lines=False)
     for column, justify in (("cell", "left"), ("status", "left"), ("time", "right"), ("reason", "left")):
@@ -164,3 +179,5 @@ def print_summary(results: Sequence[CellResult], stream: IO[str] | None = None, 
     console = Console(file=stream, width=None if is_tty else 160)
     console.print(table)
     console.print(f"[bold]{headline(results)}[/]", soft_wrap=True)
+    for index, line in enumerate(closing):  # Text(): a cell id is not markup
+        console.print(Text(line, style="bold yellow" if index == 0 else "yellow"), soft_wrap=True)

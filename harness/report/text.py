@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from harness.truth.outcome import CellResult, Comparison, Status
 
 DETAIL_TAIL_CHARS = 4000  # enough for a traceback or a stack dump's end, small enough to read
@@ -16,12 +18,22 @@ def _num(value: object, spec: str = ".3g") -> str:
 
 
 def percent(value: object) -> str:
-    """Two significant digits below 100% (0.31% must not print as 0%), whole numbers above."""
+    """Two significant digits below 10% (0.31% must not print as 0%), whole numbers above: a
+    share just under 100% reads "100%", never "1e+02%" (what two significant digits make of it)."""
     try:
         share = float(value) * 100  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return str(value)
-    return f"{share:.0f}%" if share >= 100 else f"{share:.2g}%"
+    return f"{share:.0f}%" if share >= 9.95 else f"{share:.2g}%"
+
+
+def _absent(value: object) -> bool:
+    """A diff that was never computed: NaN, or "nan" read back from report.json. (A NaN in the
+    numbers compared yields an infinite diff, harness/truth/compare.py: NaN here means none.)"""
+    try:
+        return math.isnan(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
 
 
 def comparison_line(c: Comparison) -> str:
@@ -30,10 +42,12 @@ def comparison_line(c: Comparison) -> str:
     note = f" ({c.note})" if c.note else ""
     # Two significant digits: 0.3% of the bound must not print as "0%".
     used = f", {percent(c.tolerance_used)} of tolerance used" if c.tolerance_used else ""
-    return (
-        f"{verdict} {c.quantity}: max_abs_diff={_num(c.max_abs_diff)} max_rel_diff={_num(c.max_rel_diff)} "
-        f"(atol={_num(c.atol)}, rtol={_num(c.rtol)}{used}){where}{note}"
+    diffs = (
+        "no diff computed"  # e.g. no record to compare with: "nan" would read as a NaN result
+        if _absent(c.max_abs_diff) and _absent(c.max_rel_diff)
+        else f"max_abs_diff={_num(c.max_abs_diff)} max_rel_diff={_num(c.max_rel_diff)}"
     )
+    return f"{verdict} {c.quantity}: {diffs} (atol={_num(c.atol)}, rtol={_num(c.rtol)}{used}){where}{note}"
 
 
 def failure_text(result: CellResult, tail_chars: int = DETAIL_TAIL_CHARS) -> str:

@@ -260,7 +260,8 @@ def test_print_summary_lists_every_cell_and_the_headline() -> None:
 
 
 def test_reports_render_results_read_back_from_report_json(tmp_path: Path) -> None:
-    """A NaN diff is written as "nan"; results loaded back (e.g. --resume) still render."""
+    """A NaN diff is written as "nan"; results loaded back (e.g. --resume) still render, and say
+    that no diff was computed rather than print a "nan" for a value that does not exist."""
     nan_cell = result(
         "mlp-cpu1-single-fp32", Status.FAILED, "records differ between environments",
         comparisons=[Comparison("cross_environment", False, math.nan, math.nan, 0.0, 0.0, note="missing")],
@@ -270,7 +271,9 @@ def test_reports_render_results_read_back_from_report_json(tmp_path: Path) -> No
     assert data["cells"][0]["comparisons"][0]["max_abs_diff"] == "nan"
     back = [CellResult.from_json(c) for c in data["cells"]]
     write_reports(back, ENV, tmp_path / "second")
-    assert "max_abs_diff=nan" in (tmp_path / "second" / "junit.xml").read_text()
+    junit = (tmp_path / "second" / "junit.xml").read_text()
+    assert "FAIL cross_environment: no diff computed (atol=0, rtol=0) (missing)" in junit
+    assert "nan" not in junit and "nan" not in (tmp_path / "second" / "report.md").read_text()
 
 
 def test_summary_folds_many_passed_and_same_reason_skips_but_never_problems() -> None:
