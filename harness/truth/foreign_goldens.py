@@ -32,6 +32,8 @@ from typing import Any
 import torch
 
 from harness.paths import GOLDEN_DIR
+from harness.tasks import get_task
+from harness.truth.global_rng import GLOBAL_RNG_LOCK
 from harness.truth.record import Record
 from harness.truth.regeneration import REGENERATION_TABLE, RegenerationTolerance, regeneration_tolerance
 
@@ -78,14 +80,34 @@ def make_foreign_goldens(out_dir: Path, source: Path | None = None, seed: int = 
 
 def move_like_another_cpu(record: Record, tolerance: RegenerationTolerance,
                           generator: torch.Generator) -> None:
-    """Move `record`'s computed values in place by one or two ulps, inside `tolerance`."""
+    """Move `record`'s computed values in place by one or two ulps, inside `tolerance`.
+
+    Only what a CPU computes moves: the losses, the eval outputs but the labels (the data itself,
+    gathered back), the weights that training changed. A frozen weight or a buffer the run never
+    touched equals the task's initial value, which every machine starts from (a golden's
+    init_sha256 says so), and stays."""
+    untouched = _initial_values(record.task)
     record.losses = _moved(torch.tensor(record.losses, dtype=torch.float64), torch.float32, tolerance,
                            generator).tolist()
-    for tensors in (record.eval_outputs, record.state_dict):
-        for key, value in tensors.items():
-            if value.is_floating_point():
-                computed_in = torch.float32 if value.dtype == torch.float64 else value.dtype
-                tensors[key] = _moved(value, computed_in, tolerance, generator)
+    computed = {**{("eval", k): v for k, v in record.eval_outputs.items() if k != "labels"},
+                **{("state", k): v for k, v in record.state_dict.items()
+                   if not (k in untouched and torch.equal(untouched[k], v))}}
+    for (part, key), value in computed.items():
+        if value.is_floating_point():
+            computed_in = torch.float32 if value.dtype == torch.float64 else value.dtype
+            target = record.eval_outputs if part == "eval" else record.state_dict
+            target[key] = _moved(value, computed_in, tolerance, generator)
+
+
+def _initial_values(task_name: str) -> dict[str, torch.Tensor]:
+    """The task's initial state dict, as every machine builds it; empty for a task this process
+    does not know (a user's task not imported): then every weight is treated as trained."""
+    try:
+        task = get_task(task_name)
+    except KeyError:
+        return {}
+    with GLOBAL_RNG_LOCK:
+        return task.build_model().state_dict()
 
 
 def _moved(values: torch.Tensor, computed_in: torch.dtype, tolerance: RegenerationTolerance,
