@@ -39,7 +39,9 @@ TORCH = "torch==2.13.0"
 # Environments of matrix/matrix.toml that run on a CPU; nodeepspeed first: the deepspeed run
 # compares its non-DeepSpeed records with the nodeepspeed ones (cross-environment check).
 ENVIRONMENTS = ["nodeepspeed", "deepspeed"]
-EXTRAS = {"nodeepspeed": "test", "deepspeed": "deepspeed,test"}
+# tests(deepspeed)'s venv also has the dev tools (ruff, mypy): CI lints in it after the tests
+# rather than building a third venv with torch and deepspeed for two commands.
+EXTRAS = {"nodeepspeed": "test", "deepspeed": "deepspeed,test,dev"}
 REPORTS = Path("reports")
 # The other CPU, simulated: torch's kernels, oneDNN and MKL capped at AVX2, so oneDNN (and so
 # DeepSpeed) reports no native fp16, as on a CPU without AVX-512 FP16. A test that assumed the
@@ -75,31 +77,6 @@ SWEEP = _sweep_environments()
 SWEEP_REPORTS = REPORTS / "versions"
 ALLOW_UNSUPPORTED = "ACCELERATE_CORE_ALLOW_UNSUPPORTED_DEEPSPEED"  # accelerate_core/deepspeed_support.py
 GOLDEN_DIR_VARIABLE = "HARNESS_GOLDEN_DIR"  # harness/paths.py
-
-# Tests of the harness's own machinery (the runner's scheduling, faults and signals, script mode,
-# a user's task package, the report directory rules, the CLI, goldens, the loop's plain cells, the
-# bug catalog) whose cells are plain single/DDP runs or plain PyTorch, and whose code never imports
-# deepspeed (their DeepSpeed parts skip without it): they would run identically in both
-# environments, so they run once, in tests(deepspeed). tests(nodeepspeed) keeps to what
-# deepspeed's absence can change: the core and its commands, the matrix items (the single/DDP
-# cells of an install without deepspeed), the skips and refusals that name the missing
-# dependency (tests/harness/faults/test_bad_input.py, tests/harness/spec), the examples, the
-# import graph. This keeps CI within its time budget.
-ENVIRONMENT_NEUTRAL_TESTS = [
-    "tests/harness/faults/test_interrupt.py",
-    "tests/harness/faults/test_canaries.py",
-    "tests/harness/faults/test_atomic_and_determinism.py",
-    "tests/harness/run/test_runner.py",
-    "tests/harness/run/test_compare_records.py",
-    "tests/harness/cli/test_user_tasks.py",
-    "tests/harness/cli/test_cli.py",
-    "tests/harness/cli/test_golden_cli.py",
-    "tests/harness/script/test_script_mode.py",
-    "tests/harness/truth/test_golden.py",
-    "tests/harness/rank/test_loop.py",
-    "tests/harness/rank/test_worker.py",
-    "tests/harness/sensitivity/test_sensitivity.py",
-]
 
 nox.options.sessions = ["lint", "tests", "matrix"]  # `versions` runs only when named (or scheduled)
 nox.options.error_on_missing_interpreters = True
@@ -185,9 +162,11 @@ def tests(session: nox.Session, env: str) -> None:
     # DeepSpeed launches of a minute) run once, not once per worker: 568 s against 621 s with
     # loadgroup (which xdist 3.8 does not honour on pytest 9.2). The matrix items share their
     # launches by themselves (tests/matrix/session.py).
-    paths = ["tests"]
-    if env == "nodeepspeed":
-        paths += [f"--deselect={test}" for test in ENVIRONMENT_NEUTRAL_TESTS]
+    # Without deepspeed, only the tests whose outcome depends on it (marker `nodeepspeed`: the
+    # core's imports and refusals, its launches and checkpoints without deepspeed, the skips that
+    # name the missing dependency, the matrix cells of this environment); every other test runs
+    # identically in both environments and runs once, in tests(deepspeed).
+    paths = ["tests", "-m", "nodeepspeed"] if env == "nodeepspeed" else ["tests"]
     # --durations: the slowest tests in every CI log (a CI run must stay short; see README).
     # --junitxml: every test's time, for the CI system and for benchmarks/suite_time.py.
     args = session.posargs or [*paths, "-n", "2", "--dist", "loadfile", "-ra", "--durations=15",

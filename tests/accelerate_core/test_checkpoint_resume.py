@@ -16,7 +16,8 @@ import torch
 from tests.accelerate_core.conftest import MISSION, run_mission
 from tests.distributed_helpers import run_distributed
 
-pytestmark = [pytest.mark.ddp, pytest.mark.fp16, pytest.mark.slow]
+# nodeepspeed: save_state / load_state without deepspeed installed (tests(nodeepspeed) runs it too).
+pytestmark = [pytest.mark.nodeepspeed, pytest.mark.ddp, pytest.mark.fp16, pytest.mark.slow]
 
 SAVE_AT = 7  # optimizer steps: 5 per epoch, so step 7 is inside the second epoch
 COMMON = ("--mixed-precision", "fp16", "--inject-overflow-step", "2")

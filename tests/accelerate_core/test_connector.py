@@ -17,6 +17,9 @@ from accelerate_core import imports as core_imports
 from accelerate_core.connector import build_deepspeed_plugin, resolve_backend, resolve_mixed_precision
 from accelerate_core.launch_env import LaunchSettings
 
+# Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
+pytestmark = pytest.mark.nodeepspeed
+
 NO_LAUNCH = LaunchSettings()
 
 

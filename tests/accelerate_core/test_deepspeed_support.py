@@ -21,6 +21,9 @@ from accelerate_core.deepspeed_support import (
 from accelerate_core.errors import MissingDependencyError
 from tests.distributed_helpers import REPO_ROOT
 
+# Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
+pytestmark = pytest.mark.nodeepspeed
+
 
 @pytest.mark.parametrize(("version", "parsed"), [("0.19.8", (0, 19, 8)), ("0.18.9+cu121", (0, 18, 9)),
                                                   ("0.20.0rc1", (0, 20, 0)), ("1.0", (1, 0))])

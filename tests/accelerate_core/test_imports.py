@@ -28,6 +28,9 @@ import importlib, json, pkgutil, sys
 import accelerate_core
 from accelerate_core import Accelerator, DeepSpeedPlugin
 from accelerate_core.imports import is_deepspeed_available
+
+# Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
+pytestmark = pytest.mark.nodeepspeed
 names = [m.name for m in pkgutil.walk_packages(accelerate_core.__path__, "accelerate_core.")]
 for name in names:
     importlib.import_module(name)

@@ -16,8 +16,9 @@ from harness.spec.matrix import load_matrix
 from harness.truth.outcome import Status
 from tests.matrix.session import MatrixSession, matrix_file
 
-# Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
-pytestmark = pytest.mark.goldens
+# Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens); the cells
+# of the environment without deepspeed are its own (tests(nodeepspeed) runs them).
+pytestmark = [pytest.mark.goldens, pytest.mark.nodeepspeed]
 
 
 def _params() -> list[object]:

@@ -7,11 +7,15 @@ import platform
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.commands.cli_helpers import cli_environ, describe, run_cli
 from tests.deepspeed_absent import environ_without_deepspeed
+
+# Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
+pytestmark = pytest.mark.nodeepspeed
 
 
 def row(out: str, name: str) -> str:

@@ -19,6 +19,9 @@ from tests.accelerate_core.commands.cli_helpers import SCRIPTS, cli_environ, des
 sys.path.insert(0, str(SCRIPTS))
 import mission_parts  # lives beside the script it serves
 
+# Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
+pytestmark = pytest.mark.nodeepspeed
+
 WORLD = 2
 
 

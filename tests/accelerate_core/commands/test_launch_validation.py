@@ -12,6 +12,9 @@ from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.commands.cli_helpers import SCRIPTS, cli_environ, describe, run_cli
 from tests.deepspeed_absent import environ_without_deepspeed
 
+# Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
+pytestmark = pytest.mark.nodeepspeed
+
 SCRIPT = str(SCRIPTS / "show_env.py")
 
 

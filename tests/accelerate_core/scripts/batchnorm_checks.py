@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,11 @@ def main() -> None:
         record = run_check(strategy, precision, mode == "sync")
         if not dist.is_initialized() or dist.get_rank() == 0:
             torch.save(copy.deepcopy(record), args.out / f"{check.replace(':', '_')}.pt")
+        # What survived this check lives as long as the launch: left out of the next checks'
+        # gc.collect() calls (free_memory, teardown), which otherwise walk all of torch and
+        # deepspeed each time (harness/rank/worker.py says more).
+        gc.collect()
+        gc.freeze()
 
 
 if __name__ == "__main__":

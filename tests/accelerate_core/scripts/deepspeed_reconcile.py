@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,11 @@ def main() -> None:
             raise SystemExit(f"unknown check {check!r}")
         if not dist.is_initialized() or dist.get_rank() == 0:
             torch.save(copy.deepcopy(record), args.out / f"{check.replace(':', '_')}.pt")
+        # What survived this check lives as long as the launch: left out of the next checks'
+        # gc.collect() calls (free_memory, teardown), which otherwise walk all of torch and
+        # deepspeed each time (harness/rank/worker.py says more).
+        gc.collect()
+        gc.freeze()
 
 
 if __name__ == "__main__":

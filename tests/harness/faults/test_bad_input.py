@@ -74,6 +74,7 @@ def test_selection_that_does_not_parse(tmp_path: Path) -> None:
     assert_explained(done, "does not parse")
 
 
+@pytest.mark.nodeepspeed
 def test_environment_name_unknown_or_not_this_one(tmp_path: Path) -> None:
     matrix = SMALL_MATRIX + "\n[environments.a]\ndeepspeed = true\n[environments.b]\ndeepspeed = false\n"
     path = write_matrix(tmp_path, matrix)
@@ -116,6 +117,7 @@ def test_compare_records_without_records(tmp_path: Path) -> None:
     assert_explained(done, "--compare-records", "no records/ folder")
 
 
+@pytest.mark.nodeepspeed
 def test_fp16_deepspeed_on_cpu_without_emulation_is_skipped_with_the_reason(tmp_path: Path) -> None:
     # A CPU without native fp16: this one's, or this one with oneDNN capped below it.
     matrix = SMALL_MATRIX.replace('strategy = ["single", "ddp"]', 'strategy = ["zero1"]')

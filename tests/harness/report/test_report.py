@@ -25,6 +25,9 @@ from harness.report.writer import ReportDirError
 from harness.spec.cell import Cell
 from harness.truth.outcome import CellResult, Comparison, Status
 
+# Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
+pytestmark = pytest.mark.nodeepspeed
+
 ENV = {"name": "testenv", "python": "3.11", "torch": "2.13.0", "deepspeed": "not installed", "cpu_count": 2}
 CELL_KEYS = {"id", "task", "device", "strategy", "processes", "precision", "status", "reason", "duration_s"}
 COMPARISON_KEYS = {"quantity", "ok", "max_abs_diff", "max_rel_diff", "atol", "rtol", "first_divergence"}

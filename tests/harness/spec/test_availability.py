@@ -10,6 +10,9 @@ from harness.spec import availability as av
 from harness.spec.availability import Host, check, probe_host
 from harness.spec.cell import Cell
 
+# Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
+pytestmark = pytest.mark.nodeepspeed
+
 CPU_HOST = Host(cuda_devices=0, cpu_cores=2, deepspeed=True, cpu_native_fp16=False)
 
 
