@@ -10,6 +10,9 @@ that job's (`--compare-records`): the cross-environment check. A final job, `mer
 every CPU job, downloads their reports and writes one merged report with
 `python -m harness report merge` (one grid, the cross-environment comparison, one verdict).
 
+An environment with `shards = N` runs as N jobs, each `--shard K/N`, merged by the merge job (a
+GPU one by a merge job of its own): harness/cli/ci_shards.py, docs/shards.md.
+
 The dependency-version sweep (environments with `sweep = true`, docs/versions.md) is not part of
 a push or pull request: its jobs run on a schedule (SWEEP_CRON) and by hand (workflow_dispatch),
 each `nox -s "versions(NAME)"` in its own runner, those with `compare_with` after that
@@ -24,6 +27,14 @@ from typing import Any
 
 import yaml
 
+from harness.cli.ci_shards import (
+    environment_merge_job,
+    job_ids,
+    merge_steps,
+    records_download,
+    report_artifact,
+    shard_job_id,
+)
 from harness.paths import REPO_ROOT
 from harness.spec.matrix import Environment, load_matrix
 
@@ -43,6 +54,8 @@ SWEEP_CRON = "17 3 * * 1"  # the version sweep: Mondays 03:17 UTC (and workflow_
 SWEEP_MERGE_JOB = "versions-merge"
 SWEEP_DIR = "reports/versions"  # noxfile.py's `versions` session writes reports/versions/<env>
 SWEEP_ONLY = "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'"
+NOT_FROM_FORKS = ("github.event_name != 'pull_request' || "
+                  "github.event.pull_request.head.repo.full_name == github.repository")
 # The CPU wheel for every pip install of the sweep (nox installs torch itself, pinned).
 SWEEP_PIP_ENV = {"PIP_INDEX_URL": CPU_INDEX, "PIP_EXTRA_INDEX_URL": "https://pypi.org/simple"}
 
@@ -77,6 +90,13 @@ def _setup_steps() -> list[dict[str, Any]]:
     ]
 
 
+def _merge_setup() -> list[dict[str, Any]]:
+    """A merge job's checkout and install: it reads records through safetensors (the test
+    extra); deepspeed is never needed."""
+    installer = Environment(name=MERGE_JOB, description="", deepspeed=False, device="cpu", extras=("test",))
+    return [*_setup_steps(), {"name": "Install (torch first, pinned)", "run": _install(installer)}]
+
+
 def _merge_job(environments: dict[str, Environment]) -> dict[str, Any] | None:
     """The final job: the CPU jobs' report artifacts merged into one report (`report-merged`).
     Environments without deepspeed come first: their records are the baseline of the comparison."""
@@ -84,42 +104,21 @@ def _merge_job(environments: dict[str, Environment]) -> dict[str, Any] | None:
                  key=lambda env: env.deepspeed)
     if not cpu:
         return None
-    dirs = [f"reports/{env.name}" for env in cpu]
-    # The merge reads records through safetensors (the test extra); deepspeed is never needed.
-    installer = Environment(name=MERGE_JOB, description="", deepspeed=False, device="cpu", extras=("test",))
-    steps = _setup_steps()
-    steps.append({"name": "Install (torch first, pinned)", "run": _install(installer)})
-    for env in cpu:
-        steps.append(
-            {
-                "name": f"Report of {env.name}",
-                "uses": "actions/download-artifact@v4",
-                # A missing report is named by the merge itself (exit 2, with the fix).
-                "continue-on-error": True,
-                "with": {"name": f"report-{env.name}", "path": f"reports/{env.name}"},
-            }
-        )
-    steps += [
-        {
-            "name": "Merge",
-            "run": f"python -m harness report merge {' '.join(dirs)} --out {MERGED_DIR}\n",
-        },
-        {
-            "name": "Step summary",
-            "if": "always()",
-            "run": f'cat {MERGED_DIR}/report.md >> "$GITHUB_STEP_SUMMARY" || true\n',
-        },
+    steps = _merge_setup()
+    # A sharded environment's report dirs, one per shard, are joined by the merge itself.
+    steps += merge_steps(cpu, MERGED_DIR)
+    steps.append(
         {
             "name": "Upload merged report",
             "if": "always()",
             "uses": "actions/upload-artifact@v4",
             "with": {"name": "report-merged", "path": MERGED_DIR, "if-no-files-found": "warn"},
-        },
-    ]
+        }
+    )
     return {
         "name": "Merged report (" + ", ".join(env.name for env in cpu) + ")",
         "runs-on": ["ubuntu-latest"],
-        "needs": [job_id(env) for env in cpu],
+        "needs": [job for env in cpu for job in job_ids(env, job_id(env))],
         # Runs also when a CPU job failed: the merged report is where that failure is read.
         "if": "${{ !cancelled() }}",
         "timeout-minutes": 20,
@@ -127,7 +126,8 @@ def _merge_job(environments: dict[str, Environment]) -> dict[str, Any] | None:
     }
 
 
-def _job(env: Environment, environments: dict[str, Environment]) -> dict[str, Any]:
+def _job(env: Environment, environments: dict[str, Environment], shard: int = 0) -> dict[str, Any]:
+    """The environment's job; with `shard` K, its K-th of `env.shards` jobs (`--shard K/N`)."""
     report_dir = f"reports/{env.name}"
     markexpr = _markexpr(env)
     hosted = list(env.runs_on) == ["ubuntu-latest"] or "self-hosted" not in env.runs_on
@@ -142,23 +142,22 @@ def _job(env: Environment, environments: dict[str, Environment]) -> dict[str, An
     )
     steps.append({"name": "Install (torch first, pinned)", "run": _install(env)})
     # The unit tests first (CUDA tests skip themselves without a device); the matrix runs even
-    # when they fail, so one job shows both answers.
-    steps.append({"name": "Tests", "run": 'python -m pytest tests -m "not matrix" -ra\n'})
+    # when they fail, so one job shows both answers. Of a sharded environment, its first shard's
+    # job runs them: the others would only repeat them.
+    if shard <= 1:
+        steps.append({"name": "Tests", "run": 'python -m pytest tests -m "not matrix" -ra\n'})
     run = f'python -m harness run --env-name {env.name} --report-dir {report_dir} -m "{markexpr}"'
-    job: dict[str, Any] = {"name": env.description or env.name, "runs-on": list(env.runs_on)}
+    name = env.description or env.name
+    if shard:
+        run += f" --shard {shard}/{env.shards}"
+        name += f" (shard {shard}/{env.shards})"
+    job: dict[str, Any] = {"name": name, "runs-on": list(env.runs_on)}
     other = CROSS_CHECK.get(env.name)
     if other in environments:
         # Runs also when the other job failed: a regression there must not hide this report.
-        job["needs"] = [job_id(environments[other])]
+        job["needs"] = job_ids(environments[other], job_id(environments[other]))
         job["if"] = "${{ !cancelled() }}"
-        steps.append(
-            {
-                "name": f"Records of {other}",
-                "uses": "actions/download-artifact@v4",
-                "continue-on-error": True,
-                "with": {"name": f"report-{other}", "path": f"reports/{other}"},
-            }
-        )
+        steps.append(records_download(environments[other]))
         run = (
             f"if [ -f reports/{other}/report.json ]; then\n"
             f"  {run} --compare-records reports/{other}\n"
@@ -169,10 +168,7 @@ def _job(env: Environment, environments: dict[str, Environment]) -> dict[str, An
         )
     if not hosted:
         # Self-hosted runners must not run code from forks' pull requests.
-        job["if"] = (
-            "github.event_name != 'pull_request' || "
-            "github.event.pull_request.head.repo.full_name == github.repository"
-        )
+        job["if"] = NOT_FROM_FORKS
     steps.append({"name": "Matrix", "if": "${{ !cancelled() }}", "run": run + "\n"})
     steps.append(
         {
@@ -186,12 +182,26 @@ def _job(env: Environment, environments: dict[str, Environment]) -> dict[str, An
             "name": "Upload report",
             "if": "always()",
             "uses": "actions/upload-artifact@v4",
-            "with": {"name": f"report-{env.name}", "path": report_dir, "if-no-files-found": "warn"},
+            "with": {"name": report_artifact(env, shard), "path": report_dir, "if-no-files-found": "warn"},
         }
     )
     job["timeout-minutes"] = 60
     job["steps"] = steps
     return job
+
+
+def _jobs(env: Environment, environments: dict[str, Environment]) -> dict[str, dict[str, Any]]:
+    """Job id -> job of one environment: its job, or its shards' jobs (and, outside the final CPU
+    merge, the job that merges them)."""
+    if env.shards == 1:
+        return {job_id(env): _job(env, environments)}
+    jobs = {shard_job_id(job_id(env), k, env.shards): _job(env, environments, k)
+            for k in range(1, env.shards + 1)}
+    if env.device != "cpu":
+        hosted = "self-hosted" not in env.runs_on
+        condition = "${{ !cancelled() }}" if hosted else "${{ !cancelled() && (" + NOT_FROM_FORKS + ") }}"
+        jobs[f"{job_id(env)}-merge"] = environment_merge_job(env, job_id(env), _merge_setup(), condition)
+    return jobs
 
 
 def _sweep_job(env: Environment, environments: dict[str, Environment]) -> dict[str, Any]:
@@ -249,7 +259,9 @@ def workflow(matrix_path: str | Path | None = None) -> dict[str, Any]:
     envs = matrix.environments
     regular = {name: env for name, env in envs.items() if not env.sweep}
     sweep = [env for env in envs.values() if env.sweep]
-    jobs = {job_id(env): _job(env, regular) for env in regular.values()}
+    jobs: dict[str, Any] = {}
+    for env in regular.values():
+        jobs.update(_jobs(env, regular))
     merge = _merge_job(regular)
     if merge is not None:
         jobs[MERGE_JOB] = merge

@@ -39,10 +39,14 @@ def _seconds(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    from harness.cli import shard as shard_cli
+
     lister = sub.add_parser("list", help="list the selected cells and whether each runs here")
     _selection_args(lister)
+    shard_cli.add_arguments(lister)
     run = sub.add_parser("run", help="run the selected cells and write a report")
     _selection_args(run)
+    shard_cli.add_arguments(run)
     run.add_argument("--report-dir", type=Path, default=None,
                      help="default: a new reports/runs/<time>-<env-name>/ (reports/latest points at it)")
     run.add_argument("--overwrite", action="store_true",
@@ -94,9 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from harness.cli.run import selected_cells
+    from harness.cli.shard import shard_line, take_shard
     from harness.spec.availability import check, probe_host
 
     matrix, cells = selected_cells(args)
+    cells, shard = take_shard(args, matrix, cells)
+    if shard is not None:
+        print(shard_line(shard))
     host = probe_host()
     for cell in cells:
         verdict = check(cell, host)

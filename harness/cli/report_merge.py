@@ -1,8 +1,12 @@
 """`python -m harness report merge DIR... --out DIR`: one report of several environments.
 
+The shards of one environment (`python -m harness run --shard K/N`, docs/shards.md) are joined
+into that environment: every shard once, all of one commit, matrix, goldens and selection.
+
 Exit codes: 0 no input cell failed unexpectedly and every cross-environment comparison is
-bit-identical; 1 otherwise; 2 a DIR without a readable report.json, two DIRs of the same
-environment, or an --out that is one of the DIRs (the message says what, why, valid, fix).
+bit-identical; 1 otherwise; 2 a DIR without a readable report.json, two unsharded DIRs of the same
+environment, shards that overlap, miss a shard or ran something else, or an --out that is one of
+the DIRs (the message says what, why, valid, fix).
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ def add_arguments(report: argparse.ArgumentParser) -> None:
     sub = report.add_subparsers(dest="report_command", required=True, metavar="{merge}")
     merge = sub.add_parser(
         "merge",
-        help="merge the report dirs of several environments into one report",
-        description="Merge report dirs of `python -m harness run` (one per environment) into one report.",
+        help="merge the report dirs of several environments (or of one environment's shards) into one report",
+        description="Merge report dirs of `python -m harness run` (one per environment, or every shard "
+        "of one) into one report.",
     )
     merge.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="a report dir (holds report.json)")
     merge.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the merged report goes")
@@ -33,7 +38,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     merged = merge_report_dirs(args.dirs, args.out)
     for report in merged.inputs:
-        print(f"{report.name:<16} {headline(report.results)}  ({report.directory})")
+        print(f"{report.name:<16} {headline(report.results)}  ({report.where})")
     identical = sum(check.identical for check in merged.cross)
     print(f"cross-environment: {identical} bit-identical, {len(merged.differing)} differ")
     for check in merged.differing:

@@ -193,17 +193,22 @@ def load_previous(resume_dir: Path, flag: str = "--resume") -> dict[str, CellRes
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from harness.cli.shard import check_resumed_shard, shard_line, take_shard
     from harness.report import Progress, environment_info, print_summary, write_reports
     from harness.run import signals
     from harness.run.runner import RunInterrupted, RunOptions, run_cells
 
     signals.install()
     matrix, cells = selected_cells(args)
+    cells, shard = take_shard(args, matrix, cells)
     env_name = args.env_name or default_env_name()
     check_env_name(matrix, env_name)
     check_env_pins(matrix, env_name)
     resume_dir = args.resume or (args.report_dir or latest_run() if args.last_failed else None)
-    report_dir = args.report_dir or resume_dir or new_run_dir(env_name)
+    if resume_dir is not None:
+        check_resumed_shard(resume_dir, shard)
+    run_name = env_name if shard is None else f"{env_name}-shard{shard['index']}of{shard['count']}"
+    report_dir = args.report_dir or resume_dir or new_run_dir(run_name)
     if resume_dir is None:
         refuse_to_replace(report_dir, args.overwrite)
     check_writable(report_dir)
@@ -226,6 +231,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         }
         print(f"resume: {len(kept)} cell(s) kept from {resume_dir}, {len(cells) - len(kept)} to run")
     to_run = [c for c in cells if c.id not in kept]
+    if shard is not None:
+        print(shard_line(shard))
     options = RunOptions(
         report_dir=report_dir,
         timeout_s=args.timeout,
@@ -237,6 +244,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         matrix=matrix,
     )
     environment = environment_info(env_name)
+    if shard is not None:  # which part of the selection this report holds (harness.shard.identity)
+        environment["shard"] = shard
     progress = Progress(len(to_run), enabled=not args.quiet)
     interrupted: str | None = None
     try:

@@ -7,6 +7,10 @@ environment (`harness.truth.judge.cross_environment`: bit for bit, since install
 not change what DDP or a single process computes), and writes one report: report.json,
 junit.xml, report.md and report.html with one grid row per (environment, task).
 
+The shards of one environment (`python -m harness run --shard K/N`) are joined into that
+environment first (harness.shard.combine: every shard once, of one run; cells in the selection's
+order; each cell's record read from its shard's dir), so it merges as the unsharded run would.
+
 Its verdict (`MergedReport.ok`): no input cell failed unexpectedly and no compared record differs.
 """
 
@@ -70,7 +74,7 @@ def read_report_dir(directory: Path) -> EnvironmentReport:
 
 
 def _record_stem(report: EnvironmentReport, cell_id: str) -> Path:
-    return report.directory / RECORDS / cell_id
+    return report.record_dir(cell_id) / RECORDS / cell_id
 
 
 def _has_record(report: EnvironmentReport, cell_id: str) -> bool:
@@ -101,7 +105,7 @@ def cross_checks(inputs: Sequence[EnvironmentReport]) -> list[CrossCheck]:
             try:
                 record = Record.load(_record_stem(other, cell_id))
             except Exception as exc:  # RecordError: cut short or edited; the comparison cannot hold
-                note = f"the record of {other.directory} cannot be read ({exc})"
+                note = f"the record of {other.record_dir(cell_id)} cannot be read ({exc})"
                 checks.append(CrossCheck(cell_id, baseline.name, other.name, False, note, "record", math.nan))
                 continue
             comparison, note = cross_environment(record, _record_stem(baseline, cell_id))
@@ -128,7 +132,8 @@ def _check_inputs(directories: Sequence[Path], inputs: Sequence[EnvironmentRepor
                     f"report dirs {str(seen[report.name])!r} and {str(report.directory)!r}",
                     f"both hold environment {report.name!r} (report.json's environment.name), and the "
                     "merged grid has one row per environment and task",
-                    "one report dir per environment, e.g. reports/nodeepspeed reports/deepspeed",
+                    "one report dir per environment, e.g. reports/nodeepspeed reports/deepspeed, or every "
+                    "shard of one (runs with --shard K/N)",
                     "pass each environment's report dir once (a run names its environment with --env-name)",
                 )
             )
@@ -151,9 +156,12 @@ def merge_reports(directories: Sequence[Path], out_dir: Path) -> MergedReport:
     if not directories:
         raise UsageError(explain("report merge", "no report dir given", _VALID_DIR,
                                  "name at least one, e.g. reports/nodeepspeed reports/deepspeed"))
+    from harness.shard.combine import join_shards
     from harness.versions.table import behaviour_columns, version_row
 
-    inputs = [read_report_dir(Path(d)) for d in directories]
+    # The shards of one environment become that environment (refused when overlapping, missing
+    # a shard, or of another commit, matrix, goldens or selection): harness.shard.combine.
+    inputs = join_shards([read_report_dir(Path(d)) for d in directories])
     _check_inputs(directories, inputs, out_dir)
     rows = [version_row(r.name, r.directory, r.environment, r.results) for r in inputs]
     return MergedReport(inputs=inputs, cross=cross_checks(inputs),

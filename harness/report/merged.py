@@ -21,12 +21,27 @@ MERGED_SEPARATOR = "+"  # the merged report's environment name: "nodeepspeed+dee
 
 @dataclass
 class EnvironmentReport:
-    """One input: a report directory written by `python -m harness run` in one environment."""
+    """One input: a report directory written by `python -m harness run` in one environment, or
+    the shards of one environment joined (harness.shard.combine)."""
 
     name: str  # report.json's environment.name
-    directory: Path
-    environment: dict[str, Any]  # report.json's "environment" block, as written
+    directory: Path  # a joined environment: its first shard's
+    environment: dict[str, Any]  # report.json's "environment" block, as written (joined: see combine)
     results: list[CellResult]  # each with .environment set (to `name` where the run left it empty)
+    # Joined shards: each shard's report dir, by shard (1..N), and where each cell's record is.
+    shard_dirs: list[Path] = field(default_factory=list)
+    record_dirs: dict[str, Path] = field(default_factory=dict)
+
+    def record_dir(self, cell_id: str) -> Path:
+        """The report dir holding this cell's record (records/ under it)."""
+        return self.record_dirs.get(cell_id, self.directory)
+
+    @property
+    def where(self) -> str:
+        """Its report dir(s), for the terminal."""
+        if not self.shard_dirs:
+            return str(self.directory)
+        return f"{len(self.shard_dirs)} shards: " + ", ".join(str(d) for d in self.shard_dirs)
 
 
 @dataclass(frozen=True)

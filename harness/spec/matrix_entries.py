@@ -56,6 +56,8 @@ class Environment:
     deepspeed_version: str = ""  # pinned deepspeed release ("" = the project's declared range)
     sweep: bool = False  # only in the version sweep, not in `nox -s matrix` / push CI
     compare_with: str = ""  # the environment whose records this one's numbers are compared with
+    # CI runs it as this many jobs, each `--shard K/N`, and merges them (docs/shards.md).
+    shards: int = 1
 
 
 def bad(
@@ -188,7 +190,8 @@ def parse_expected(file: Path, i: int, entry: dict[str, Any], valid_axes: dict[s
 def parse_environment(file: Path, name: str, body: dict[str, Any]) -> Environment:
     where = f"[environments.{name}]"
     only_keys(file, where, body, ("description", "deepspeed", "device", "extras", "runs_on", "markexpr",
-                                  "torch_version", "deepspeed_version", "sweep", "compare_with"))
+                                  "torch_version", "deepspeed_version", "sweep", "compare_with", "shards"))
+    shards = _parse_shards(file, where, body)
     for key in ("torch_version", "deepspeed_version"):
         pin = body.get(key, "")
         if not isinstance(pin, str) or (pin and not _RELEASE.fullmatch(pin)):
@@ -222,4 +225,20 @@ def parse_environment(file: Path, name: str, body: dict[str, Any]) -> Environmen
         deepspeed_version=body.get("deepspeed_version", ""),
         sweep=bool(body.get("sweep", False)),
         compare_with=str(body.get("compare_with", "")),
+        shards=shards,
     )
+
+
+MAX_CI_SHARDS = 64  # jobs of one environment; GitHub allows 256 jobs per workflow run
+
+
+def _parse_shards(file: Path, where: str, body: dict[str, Any]) -> int:
+    shards = body.get("shards", 1)
+    if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= MAX_CI_SHARDS:
+        raise bad(file, where + ".shards", shards, "it must be a whole number of CI jobs",
+                  f"1..{MAX_CI_SHARDS} (1: the environment runs whole, in one job)", "write e.g. shards = 3")
+    if shards > 1 and body.get("sweep"):
+        raise bad(file, where + ".shards", shards, "a version-sweep environment runs whole, in its own "
+                  "`nox -s versions(NAME)` job", "shards = 1 (or no shards) with sweep = true",
+                  "drop shards, or sweep")
+    return shards
