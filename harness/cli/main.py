@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-emulation", action="store_true", help="skip fp16 DeepSpeed CPU cells")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--profile", action="store_true",
+                     help="print where the run's time went: start-up, each cell phase, judging, "
+                     "confirmations (always in report.json: environment.startup.profile)")
     from harness.cli import golden as golden_cli
     from harness.cli import init as init_cli
     from harness.cli import script as script_cli

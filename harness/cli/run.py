@@ -268,6 +268,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_summary(results)
     if startup_line(environment["startup"]):
         print(startup_line(environment["startup"]))
+    if args.profile:
+        from harness.run.profile import profile_lines
+
+        print("\n".join(profile_lines((environment["startup"] or {}).get("profile"))
+                        or ["no profile: no launch ran"]))
     _print_record_changes(results)
     print(f"report: {report_dir / 'report.html'}")
     if interrupted:

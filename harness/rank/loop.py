@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from accelerate_core import Accelerator, DeepSpeedPlugin
 from harness.rank.collectives import CollectiveCounter, gradients_agree_across_ranks
 from harness.rank.evidence import watching_activations, what_ran
+from harness.rank.phases import PhaseTimer
 from harness.rank.randomness import RandomDraws
 from harness.rank.resume import RunSpan
 from harness.tasks.base import Task
@@ -34,9 +35,11 @@ FORCE_ZERO3_PARTITIONING = {"zero_optimization": {
 
 
 def train_with_core(task: Task, *, precision: str, cpu: bool, zero_stage: int | None,
-                    cpu_fp16_emulation: bool = False, span: RunSpan | None = None) -> Record | None:
+                    cpu_fp16_emulation: bool = False, span: RunSpan | None = None,
+                    timer: PhaseTimer | None = None) -> Record | None:
     """Train `task` (the part of its run `span` says: harness.rank.resume); return the Record on
-    the main process, None on the others."""
+    the main process, None on the others. `timer` hears where the time went (--profile)."""
+    timer = timer or PhaseTimer()
     torch.manual_seed(task.seed)  # a clean RNG per cell, even when cells share a process
     plugin = None
     if zero_stage is not None:
@@ -48,9 +51,10 @@ def train_with_core(task: Task, *, precision: str, cpu: bool, zero_stage: int | 
         **_task_accelerator_options(task),
     )
     try:
-        return _run(accelerator, task, precision, span or RunSpan())
+        return _run(accelerator, task, precision, span or RunSpan(), timer)
     finally:
         accelerator.free_memory()
+        timer.lap("teardown")
 
 
 def _task_accelerator_options(task: Task) -> dict[str, bool]:
@@ -60,7 +64,8 @@ def _task_accelerator_options(task: Task) -> dict[str, bool]:
     return {"sync_batchnorm": True} if getattr(task, "sync_batchnorm", False) else {}
 
 
-def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan) -> Record | None:
+def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan,
+         timer: PhaseTimer) -> Record | None:
     processes = accelerator.num_processes
     model = task.build_model()
     raw_optimizer = task.build_optimizer(model)
@@ -74,6 +79,7 @@ def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan) ->
     lr_scheduler = prepared[0] if prepared else lr_scheduler
     first_epoch = span.restore(accelerator, tr_data)  # load_state for a resume destination
     accumulation = task.gradient_accumulation_steps
+    timer.lap("setup")  # the Accelerator, prepare (the process group, deepspeed.initialize), restore
 
     losses: list[float] = []
     lrs: list[list[float]] = []
@@ -124,6 +130,7 @@ def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan) ->
             if span.stopped:
                 break
 
+    timer.lap("training")
     evidence = {**what_ran(accelerator), **seen}  # before teardown: the engine is still there
     evidence["random_draws"] = draws.evidence()
     # Collectives called inside backward and optimizer.step (the loss logging's are not counted).
@@ -144,6 +151,7 @@ def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan) ->
     accelerator.wait_for_everyone()
     # every rank: a collective under ZeRO-3
     state_dict = {} if span.stopped else accelerator.get_state_dict(model)
+    timer.lap("evaluation")  # evidence, the gathered eval outputs, the consolidated state dict
     if not accelerator.is_main_process:
         return None
     return Record(

@@ -12,7 +12,8 @@ Files this rank writes under RUN_DIR (the parent watches them; all small, writte
   logs/rank{r}.log         its stdout + stderr at the file-descriptor level (native crashes too)
   stacks/rank{r}.txt       Python stacks of every thread, dumped on SIGUSR1 (a hang)
   status/{id}.started      rank 0, when a cell starts       (json: time)
-  status/{id}.finished     rank 0, after its record is saved (json: seconds)
+  status/{id}.finished     rank 0, after its record is saved (json: seconds, phases: where
+                           they went, harness.rank.phases)
   status/{id}.error.rank{r} any rank, traceback of an exception; then the rank exits, so the
                            launch ends and the parent runs the rest in a fresh launch
   status/warm_up.json      rank 0, once warmed up (json: seconds, deepspeed_ops_s): start-up time
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.atomic_files import write_text_atomic
+from harness.rank.phases import PhaseTimer
 from harness.spec.cell import Cell, cell_from_fields
 
 EXIT_CELL_ERROR = 3
@@ -118,7 +120,7 @@ def build_deepspeed_cpu_ops() -> None:
         builder.load()
 
 
-def run_cell(cell: Cell, emulated: bool, records_dir: Path) -> Any:
+def run_cell(cell: Cell, emulated: bool, records_dir: Path, timer: PhaseTimer | None = None) -> Any:
     """Train one cell through the core on this rank; returns the Record on the main process."""
     from harness.rank.loop import train_with_core
     from harness.rank.resume import span_of, with_source
@@ -132,10 +134,13 @@ def run_cell(cell: Cell, emulated: bool, records_dir: Path) -> Any:
         zero_stage=cell.zero_stage,
         cpu_fp16_emulation=emulated,
         span=span_of(cell, records_dir),  # a resume source or destination: harness.rank.resume
+        timer=timer,
     )
     if record is not None:
         record = with_source(cell, record, records_dir, task)  # a destination: the whole run
         record.save(records_dir / cell.id)
+    if timer is not None:
+        timer.lap("save")
     return record
 
 
@@ -170,12 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             write_text_atomic(status / f"{cell_id}.started", json.dumps({"time": time.time()}))
         start = time.perf_counter()
+        timer = PhaseTimer()
         try:
             if task_imports:  # the user's tasks, as the matrix named them (an error is this cell's)
                 from harness.tasks import import_tasks
 
                 import_tasks(task_imports)
-            run_cell(cell, bool(entry.get("emulated", False)), records_dir)
+            run_cell(cell, bool(entry.get("emulated", False)), records_dir, timer)
         except BaseException:
             text = traceback.format_exc()
             print(text, file=sys.stderr, flush=True)
@@ -184,9 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             # runs the remaining cells in a fresh one.
             os._exit(EXIT_CELL_ERROR)
         _freeze_survivors()
+        timer.lap("collector")
         if rank == 0:
             seconds = time.perf_counter() - start
-            write_text_atomic(status / f"{cell_id}.finished", json.dumps({"seconds": seconds}))
+            write_text_atomic(status / f"{cell_id}.finished",
+                              json.dumps({"seconds": seconds, "phases": timer.seconds}))
     sys.stdout.flush()
     sys.stderr.flush()
     return 0

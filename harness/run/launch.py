@@ -44,6 +44,10 @@ class LaunchOutcome:
     # one-off op build), and what the ranks' warm-up measured (status/warm_up.json).
     startup_s: float | None = None
     warm_up: dict[str, float] = field(default_factory=dict)
+    # Where each finished cell's time went on rank 0 (harness.rank.phases), and the launch's
+    # whole wall time, start-up and shutdown included: the run's profile (harness.run.profile).
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
+    wall_s: float = 0.0
 
 
 # Runs first in the launcher process: ask Linux to SIGTERM it when the runner dies, even by
@@ -141,8 +145,10 @@ def run_launch(
                     on_started(cell.id)
                 done = status / f"{cell.id}.finished"
                 if cell.id not in outcome.finished and done.exists():
-                    seconds = float(json.loads(done.read_text())["seconds"])
+                    finished = json.loads(done.read_text())
+                    seconds = float(finished["seconds"])
                     outcome.finished[cell.id] = seconds
+                    outcome.phases[cell.id] = dict(finished.get("phases", {}))
                     if not on_finished(cell.id, seconds):
                         keep_going = False
                         break
@@ -177,6 +183,7 @@ def run_launch(
         outcome.warm_up = dict(json.loads((status / "warm_up.json").read_text(encoding="utf-8")))
     done_ids = set(outcome.finished) | {outcome.broken_cell}
     outcome.not_started = [c for c in cells if c.id not in done_ids]
+    outcome.wall_s = round(time.monotonic() - launch_start, 3)
     return outcome
 
 

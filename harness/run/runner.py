@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from harness.run.confirm import confirm_failures
 from harness.run.deepspeed_ops import ensure_deepspeed_ops
 from harness.run.launch import LaunchOutcome, launch_env, run_launch
 from harness.run.processes import cleanup_all
+from harness.run.profile import RunClock
 from harness.run.resume import run_resume
 from harness.spec.availability import Host, check, probe_host
 from harness.spec.cell import Cell, ResumeCell
@@ -93,6 +95,7 @@ class _Run:
     launches: list[dict[str, object]] = field(default_factory=list)  # start-up time of each
     ops_lock: threading.Lock = field(default_factory=threading.Lock)
     ops_done: bool = False  # DeepSpeed's CPU op is built (or its build was tried) in this run
+    clock: RunClock = field(default_factory=RunClock)  # where the run's time went (--profile)
 
     def ensure_deepspeed_ops(self, group: list[Cell]) -> None:
         """Before the first launch of DeepSpeed CPU cells: build DeepSpeed's comm op, once."""
@@ -175,8 +178,8 @@ def run_cells(
 
 def _write_startup(run: _Run) -> None:
     if run.launches:
-        summary = json.dumps(startup_summary(run.launches), indent=1)
-        write_text_atomic(run.options.report_dir / STARTUP_FILE, summary)
+        summary = {**startup_summary(run.launches), "profile": run.clock.summary()}
+        write_text_atomic(run.options.report_dir / STARTUP_FILE, json.dumps(summary, indent=1))
 
 
 def startup_summary(launches: list[dict[str, object]]) -> dict[str, object]:
@@ -292,6 +295,7 @@ def launch_cells(
         run.launches.append({"launch": run_dir.name, "cells": len(batch), "startup_s": outcome.startup_s,
                              "warm_up_s": outcome.warm_up.get("seconds"),
                              "deepspeed_ops_s": outcome.warm_up.get("deepspeed_ops_s")})
+        run.clock.add_launch(outcome, confirming=label in ("-rerun", "-alone"))
         if outcome.broken_cell is not None:
             cell = by_id[outcome.broken_cell]
             on_broken(cell, broken_result(run, cell, outcome, run_dir))
@@ -344,6 +348,7 @@ def _judged(run: _Run, by_id: dict[str, Cell], records_dir: Path | None = None,
 
     def judged(cell_id: str, seconds: float) -> bool:
         cell = by_id[cell_id]
+        start = time.perf_counter()
         result = judge_record(
             cell,
             (records_dir or run.records_dir) / cell_id,
@@ -355,6 +360,7 @@ def _judged(run: _Run, by_id: dict[str, Cell], records_dir: Path | None = None,
         )
         if run.options.compare_records is not None:  # how the numbers moved against the other env
             _note_record_change(run, cell, result, (records_dir or run.records_dir) / cell_id)
+        run.clock.add("judging", time.perf_counter() - start)
         (into or run.finish)(cell, result)
         return True
 
