@@ -15,7 +15,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MATRIX_PATH = REPO_ROOT / "matrix" / "matrix.toml"
 GOLDEN_DIR_VARIABLE = "HARNESS_GOLDEN_DIR"
-GOLDEN_DIR = Path(os.environ.get(GOLDEN_DIR_VARIABLE) or REPO_ROOT / "matrix" / "golden")
+REPOSITORY_GOLDEN_DIR = REPO_ROOT / "matrix" / "golden"  # the checked-in goldens, whatever the variable says
+GOLDEN_DIR = Path(os.environ.get(GOLDEN_DIR_VARIABLE) or REPOSITORY_GOLDEN_DIR)
 GOLDEN_FOLDER_NAME = "golden"
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from harness.paths import GOLDEN_DIR
+from harness.paths import REPOSITORY_GOLDEN_DIR
 from harness.tasks import get_task
 from harness.truth.global_rng import GLOBAL_RNG_LOCK
 from harness.truth.record import Record
@@ -58,9 +58,10 @@ MOVED_SHARE = 0.25
 
 
 def make_foreign_goldens(out_dir: Path, source: Path | None = None, seed: int = 0) -> list[str]:
-    """Copy the golden folder `source` (default: the repository's) into `out_dir`, every golden
-    moved as a regeneration on another CPU would move it. Returns the goldens' labels."""
-    source = source or GOLDEN_DIR
+    """Copy the golden folder `source` (default: the checked-in one, never goldens already moved:
+    HARNESS_GOLDEN_DIR may point at such a copy) into `out_dir`, every golden moved as a
+    regeneration on another CPU would move it. Returns the goldens' labels."""
+    source = source or REPOSITORY_GOLDEN_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     for path in source.iterdir():  # the regeneration table and anything else the folder holds
         if path.is_file() and not path.name.endswith((".json", ".safetensors")):

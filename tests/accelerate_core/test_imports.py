@@ -20,6 +20,9 @@ import torch
 
 from accelerate_core.imports import DEEPSPEED_INSTALL_HINT, is_deepspeed_available
 
+# Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
+pytestmark = pytest.mark.nodeepspeed
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Runs in the child: every module of the package is imported, then the DeepSpeed path is asked for.
@@ -29,8 +32,6 @@ import accelerate_core
 from accelerate_core import Accelerator, DeepSpeedPlugin
 from accelerate_core.imports import is_deepspeed_available
 
-# Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
-pytestmark = pytest.mark.nodeepspeed
 names = [m.name for m in pkgutil.walk_packages(accelerate_core.__path__, "accelerate_core.")]
 for name in names:
     importlib.import_module(name)
