@@ -259,7 +259,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     results = [by_id[c.id] for c in cells if c.id in by_id]
     if interrupted:
         environment["interrupted"] = f"by {interrupted}: {len(results)} of {len(cells)} cells finished"
-    from harness.run.runner import read_startup, startup_line
+    from harness.run.startup import read_startup, startup_line
 
     environment["startup"] = read_startup(report_dir)  # launches' start-up, outside cell clocks
     write_reports(results, environment, report_dir)

@@ -23,7 +23,6 @@ left behind by them, not made by the cell.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -32,20 +31,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from harness.atomic_files import write_text_atomic
 from harness.run.confirm import confirm_failures
 from harness.run.deepspeed_ops import ensure_deepspeed_ops
 from harness.run.launch import LaunchOutcome, launch_env, run_launch
 from harness.run.processes import cleanup_all
 from harness.run.profile import RunClock
 from harness.run.resume import run_resume
+from harness.run.startup import write_startup
 from harness.spec.availability import Host, check, probe_host
 from harness.spec.cell import Cell, ResumeCell
 from harness.spec.matrix import Matrix, load_matrix
 from harness.truth.judge import apply_expected, judge_record, new_result
 from harness.truth.outcome import CellResult, Failure, Status
-
-STARTUP_FILE = "startup.json"  # in the report dir: each launch's start-up time
 
 
 class ProgressLike(Protocol):
@@ -178,40 +175,7 @@ def run_cells(
 
 def _write_startup(run: _Run) -> None:
     if run.launches:
-        summary = {**startup_summary(run.launches), "profile": run.clock.summary()}
-        write_text_atomic(run.options.report_dir / STARTUP_FILE, json.dumps(summary, indent=1))
-
-
-def startup_summary(launches: list[dict[str, object]]) -> dict[str, object]:
-    """Start-up time of a run's launches: before each launch's first cell (imports, process
-    group, DeepSpeed's one-off op build), outside every cell's duration."""
-    total = sum(float(str(entry.get("startup_s") or 0.0)) for entry in launches)
-    ops = [float(str(e["deepspeed_ops_s"])) for e in launches if e.get("deepspeed_ops_s") is not None]
-    return {
-        "launches": sum(1 for entry in launches if entry.get("launch") != "deepspeed-ops"),
-        "total_s": round(total, 3),
-        "deepspeed_ops_s": round(max(ops), 3) if ops else None,
-        "per_launch": launches,
-    }
-
-
-def read_startup(report_dir: Path) -> dict[str, object] | None:
-    """The run's start-up summary (None when it wrote none: every cell skipped, or an old run)."""
-    try:
-        return dict(json.loads((report_dir / STARTUP_FILE).read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return None
-
-
-def startup_line(summary: dict[str, object] | None) -> str:
-    """One sentence for the terminal and report.md."""
-    if not summary:
-        return ""
-    ops = summary.get("deepspeed_ops_s")
-    tail = f", of which DeepSpeed's CPU op build/load {ops:.1f} s" if isinstance(ops, float) else ""
-    total = float(str(summary["total_s"]))
-    return (f"start-up: {summary['launches']} launch(es), {total:.1f} s before their first cells{tail} "
-            "(not counted in any cell's duration)")
+        write_startup(run.options.report_dir, run.launches, run.clock.summary())
 
 
 def _unknown_task(cell: Cell) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.run.profile import CELL_PHASES, profile_lines
-from harness.run.runner import RunOptions, read_startup, run_cells
+from harness.run.runner import RunOptions, run_cells
+from harness.run.startup import read_startup
 from harness.spec.cell import Cell
 from harness.truth.outcome import Status
 from tests.harness.runner_helpers import run_harness, write_matrix

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.run.runner import RunOptions, launch_group_key, read_startup, run_cells, startup_line
+from harness.run.runner import RunOptions, launch_group_key, run_cells
+from harness.run.startup import read_startup, startup_line
 from harness.spec.cell import Cell
 from harness.truth.judge import cross_environment
 from harness.truth.outcome import CellResult, Failure, Status
