@@ -21,7 +21,11 @@ _TAIL = 6000
 
 
 class DistributedRunError(RuntimeError):
-    """A distributed run exited non-zero or ran past its timeout."""
+    """A distributed run exited non-zero or ran past its timeout; `output` is all it printed."""
+
+    def __init__(self, message: str, output: str = "") -> None:
+        super().__init__(message)
+        self.output = output
 
 
 def run_distributed(
@@ -69,12 +73,12 @@ def run_distributed(
         out, _ = proc.communicate()
         raise DistributedRunError(
             f"{script.name} on {nproc} processes timed out after {timeout:.0f}s; output tail:\n"
-            f"{out[-_TAIL:]}"
+            f"{out[-_TAIL:]}", output=out
         ) from None
     result = subprocess.CompletedProcess(command, proc.returncode, out, "")
     if proc.returncode != 0:
         raise DistributedRunError(
             f"{script.name} on {nproc} processes exited with {proc.returncode}; output tail:\n"
-            f"{out[-_TAIL:]}"
+            f"{out[-_TAIL:]}", output=out
         )
     return result

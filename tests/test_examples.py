@@ -1,6 +1,7 @@
 """examples/train.py, the user loop of docs/the-user-loop.md, runs unchanged through
 `accelerate-core launch` on one process, on two with DDP and under DeepSpeed ZeRO-3, and every
-backend saves the same full state dict (fp32, so to torch.testing's fp32 tolerance)."""
+backend saves the same full state dict (fp32, so to torch.testing's fp32 tolerance). The
+one-process run both are compared with is launched once for the module: three launches in all."""
 
 from __future__ import annotations
 
@@ -36,16 +37,25 @@ def _train(tmp_path: Path, name: str) -> dict[str, torch.Tensor]:
     return state
 
 
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    """The one-process run (batch 8) every backend is compared with; a failed launch fails every
+    test that compares with it, with its output."""
+    return _train(tmp_path_factory.mktemp("examples"), "single")
+
+
 @pytest.mark.ddp
-def test_the_example_gives_the_same_weights_on_one_process_and_under_ddp(tmp_path: Path) -> None:
-    single, ddp = _train(tmp_path, "single"), _train(tmp_path, "ddp")
+def test_the_example_gives_the_same_weights_on_one_process_and_under_ddp(
+        tmp_path: Path, single: dict[str, torch.Tensor]) -> None:
+    ddp = _train(tmp_path, "ddp")
     assert set(single) == {"body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias"}
     assert_close(ddp, single, rtol=1.3e-6, atol=1e-5)
 
 
 @pytest.mark.deepspeed
 @pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed (pip install deepspeed)")
-def test_the_example_under_zero3_saves_the_full_weights(tmp_path: Path) -> None:
-    single, zero3 = _train(tmp_path, "single"), _train(tmp_path, "zero3")
+def test_the_example_under_zero3_saves_the_full_weights(
+        tmp_path: Path, single: dict[str, torch.Tensor]) -> None:
+    zero3 = _train(tmp_path, "zero3")
     assert {k: v.shape for k, v in zero3.items()} == {k: v.shape for k, v in single.items()}
     assert_close(zero3, single, rtol=1.3e-6, atol=1e-5)

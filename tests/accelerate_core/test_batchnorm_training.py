@@ -1,7 +1,9 @@
 """BatchNorm through the core on 2 real CPU ranks: DDP and DeepSpeed ZeRO 1/2/3, fp32/bf16/fp16,
 plain and synchronised (`Accelerator(sync_batchnorm=True)`), against plain-PyTorch loops.
 
-One launch runs every check of scripts/batchnorm_checks.py in turn. The references are computed
+Every check of scripts/batchnorm_checks.py runs in turn, as this module's part of the session's
+shared 2-rank launch (shared_launch.py; if it fails, every test here fails with its output).
+The references are computed
 here by plain PyTorch (the script's `single_process_reference` and `per_rank_reference` import
 nothing from accelerate_core):
 
@@ -39,8 +41,8 @@ from tests.accelerate_core.scripts.batchnorm_checks import (
     per_rank_reference,
     single_process_reference,
 )
+from tests.accelerate_core.shared_launch import LaunchPart, Scenario
 from tests.cpu_paths import NATIVE_FP16_HERE
-from tests.distributed_helpers import run_distributed
 
 pytestmark = [
     pytest.mark.deepspeed,
@@ -50,7 +52,6 @@ pytestmark = [
                        reason="deepspeed is not installed (pip install deepspeed) - DeepSpeed tests skipped"),
 ]
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "batchnorm_checks.py"
 WORLD = 2
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 ZERO = ("zero1", "zero2", "zero3")
@@ -73,11 +74,15 @@ CHECKS = (
 )
 
 
+SHARED_LAUNCH = LaunchPart(
+    scenarios=lambda out, fixtures: [Scenario("checks", "tests.accelerate_core.scripts.batchnorm_checks",
+                                    ("--out", str(out), "--checks", ",".join(CHECKS)))],
+    needs_deepspeed=True, timeout=600)
+
+
 @pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("batchnorm2")
-    run_distributed(SCRIPT, WORLD, ["--out", str(out), "--checks", ",".join(CHECKS)], timeout=600)
-    return out
+def records(shared_launch_out: Path) -> Path:
+    return shared_launch_out
 
 
 _references: dict[tuple[str, str], dict[str, Any]] = {}

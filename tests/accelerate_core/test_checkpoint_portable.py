@@ -1,6 +1,8 @@
 """Save on one backend, resume on another: the run continues as if never interrupted.
 
-One 2-rank launch (scripts/checkpoint_grid.py) plus 1-process runs in this process:
+scripts/checkpoint_grid.py on 2 ranks (this module's part of the session's shared 2-rank launch,
+shared_launch.py: if it fails, every test here fails with its output) plus 1-process runs in the
+test process (the first, whose checkpoint the launch resumes from, just before the launch):
 - uninterrupted runs under single (1 process), DDP, ZeRO-2 and ZeRO-3 (2 ranks; ZeRO-3 with
   every parameter really partitioned), each saving at optimizer step SAVE_AT, mid-epoch;
 - resumed runs: ZeRO-3 (2 ranks) -> single (1 process), DDP, ZeRO-1; ZeRO-2 -> DDP, single;
@@ -35,7 +37,8 @@ from tests.accelerate_core.scripts.checkpoint_task import (
     prepare,
     user_loop,
 )
-from tests.distributed_helpers import REPO_ROOT, run_distributed
+from tests.accelerate_core.shared_launch import LaunchPart, Scenario
+from tests.distributed_helpers import REPO_ROOT
 
 pytestmark = [
     pytest.mark.deepspeed,
@@ -46,8 +49,6 @@ pytestmark = [
         reason="deepspeed is not installed (pip install deepspeed) - DeepSpeed tests skipped",
     ),
 ]
-
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "checkpoint_grid.py"
 
 # resumed run -> the uninterrupted run it must continue (same strategy and world size where
 # there is one; all uninterrupted runs are shown to agree with each other below)
@@ -78,14 +79,23 @@ def _single(save_dir: Path | None = None, resume_from: Path | None = None) -> di
     return record
 
 
+def single_full(out: Path) -> None:
+    """Before the launch: the uninterrupted 1-process run, whose checkpoint (out/ckpt_single) the
+    launch's zero2/zero3 runs resume from; its record goes to out/single_full.pt."""
+    torch.save(_single(save_dir=out / "ckpt_single"), out / "single_full.pt")
+
+
+SHARED_LAUNCH = LaunchPart(
+    scenarios=lambda out, fixtures: [Scenario("grid", "tests.accelerate_core.scripts.checkpoint_grid",
+                                    ("--out", str(out), "--single-ckpt", str(out / "ckpt_single")))],
+    needs_deepspeed=True, timeout=600, before=single_full)
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, Any]]]:
-    out = tmp_path_factory.mktemp("portable")
-    records = {"single_full": _single(save_dir=out / "ckpt_single")}
-    run_distributed(SCRIPT, 2, ["--out", str(out), "--single-ckpt", str(out / "ckpt_single")], timeout=600)
-    for path in out.glob("*.pt"):
-        if path.stem != "model_zero3":
-            records[path.stem] = torch.load(path, weights_only=True)
+def runs(shared_launch_out: Path) -> tuple[Path, dict[str, dict[str, Any]]]:
+    out = shared_launch_out
+    records = {path.stem: torch.load(path, weights_only=True)
+               for path in out.glob("*.pt") if path.stem != "model_zero3"}  # single_full.pt too
     records["single_from_zero3"] = _single(resume_from=out / "ckpt_zero3")
     records["single_from_ddp"] = _single(resume_from=out / "ckpt_ddp")
     records["single_from_zero2"] = _single(resume_from=out / "ckpt_zero2")

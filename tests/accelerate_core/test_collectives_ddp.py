@@ -2,26 +2,34 @@
 
 Expected values are computed here from the sharding rule (rank r takes block r of each global
 batch of 2 x 4; a short last global batch wraps to the start), not read back from the core.
+
+scripts/collectives_check.py runs as this module's part of the session's shared 2-rank launch
+(shared_launch.py), before any DeepSpeed part; if the launch fails, every test here fails with
+its output.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.accelerate_core.conftest import SCRIPTS
-from tests.distributed_helpers import run_distributed
+from tests.accelerate_core.shared_launch import LaunchPart, Scenario
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 
 
+SCRIPT_MODULE = "tests.accelerate_core.scripts.collectives_check"
+SHARED_LAUNCH = LaunchPart(
+    scenarios=lambda out, fixtures: [Scenario("collectives", SCRIPT_MODULE, ("--out", str(out / "seen.pt")))],
+    timeout=240, order=-1)  # DDP only: before the DeepSpeed parts
+
+
 @pytest.fixture(scope="module")
-def seen(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("collectives") / "seen.pt"
-    run_distributed(SCRIPTS / "collectives_check.py", 2, ["--out", str(out)], timeout=240)
-    result: dict[str, Any] = torch.load(out, weights_only=False)
+def seen(shared_launch_out: Path) -> dict[str, Any]:
+    result: dict[str, Any] = torch.load(shared_launch_out / "seen.pt", weights_only=False)
     return result
 
 

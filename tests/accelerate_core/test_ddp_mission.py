@@ -3,6 +3,10 @@
 The reference trains one process on the same global batches (plain_reference.py, which imports
 nothing from the core). Tolerances are those of the issue: fp32 to torch's fp32 defaults
 (rtol 1.3e-6, atol 1e-5), fp16 within 1e-2, bf16 within 5e-2.
+
+The three runs (fp32, fp16, bf16) are this module's part of the session's shared 2-rank launch
+(shared_launch.py): one after another in one process group, each with a fresh Accelerator freed
+afterwards, before any DeepSpeed part. If the launch fails, every test here fails with its output.
 """
 
 from __future__ import annotations
@@ -13,29 +17,47 @@ from typing import Any
 import pytest
 import torch
 
-from tests.accelerate_core.conftest import run_mission
+from tests.accelerate_core.conftest import Mission, mission_records, mission_scenario
 from tests.accelerate_core.scripts.plain_reference import train_reference
 from tests.accelerate_core.scripts.task import Classifier, TaskConfig
+from tests.accelerate_core.shared_launch import LaunchPart
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 
 OVERFLOW_STEP = 3
 
 
-@pytest.fixture(scope="module")
-def fp32_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run_mission(tmp_path_factory.mktemp("fp32"))
+MISSIONS = (
+    Mission("fp32"),
+    Mission("fp16", ("--mixed-precision", "fp16", "--inject-overflow-step", str(OVERFLOW_STEP))),
+    Mission("bf16", ("--mixed-precision", "bf16")),
+)
+
+
+# DDP only: it runs before the DeepSpeed parts of the launch (order -1), as close as a shared
+# launch gets to the fresh processes these runs had.
+SHARED_LAUNCH = LaunchPart(scenarios=lambda out, fixtures: [mission_scenario(out, m) for m in MISSIONS],
+                           timeout=240, order=-1)
 
 
 @pytest.fixture(scope="module")
-def fp16_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run_mission(
-        tmp_path_factory.mktemp("fp16"),
-        "--mixed-precision",
-        "fp16",
-        "--inject-overflow-step",
-        str(OVERFLOW_STEP),
-    )
+def runs(shared_launch_out: Path) -> dict[str, dict[str, Any]]:
+    return mission_records(shared_launch_out, MISSIONS)
+
+
+@pytest.fixture(scope="module")
+def fp32_run(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return runs["fp32"]
+
+
+@pytest.fixture(scope="module")
+def fp16_run(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return runs["fp16"]
+
+
+@pytest.fixture(scope="module")
+def bf16_run(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return runs["bf16"]
 
 
 def _assert_weights(path: Path, reference: dict[str, torch.Tensor], rtol: float, atol: float) -> None:
@@ -114,10 +136,11 @@ def test_fp16_reports_the_injected_overflow(fp16_run: dict[str, Any]) -> None:
 
 
 @pytest.mark.bf16
-def test_bf16_within_tolerance(tmp_path: Path) -> None:
-    run = run_mission(tmp_path, "--mixed-precision", "bf16")
+def test_bf16_within_tolerance(bf16_run: dict[str, Any]) -> None:
     reference = train_reference(TaskConfig(world_size=2, mixed_precision="bf16"))
-    assert not any(run["skipped"])
-    _assert_weights(run["model_path"], reference["state_dict"], rtol=0, atol=5e-2)
-    torch.testing.assert_close(run["metric_predictions"], reference["metric_predictions"], rtol=0, atol=5e-2)
-    assert run["metric_predictions"].shape == (37, 4)
+    assert not any(bf16_run["skipped"])
+    _assert_weights(bf16_run["model_path"], reference["state_dict"], rtol=0, atol=5e-2)
+    torch.testing.assert_close(
+        bf16_run["metric_predictions"], reference["metric_predictions"], rtol=0, atol=5e-2
+    )
+    assert bf16_run["metric_predictions"].shape == (37, 4)

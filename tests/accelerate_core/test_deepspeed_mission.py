@@ -5,7 +5,13 @@ against the core's plain-PyTorch reference (scripts/plain_reference.py, no accel
 This is the shape of the outside check: one stage per precision, so every stage and every
 precision is covered by a second task besides test_deepspeed_training.py's. Tolerances are the
 issue's: fp32 torch's defaults, bf16 5e-2, fp16 1e-2. fp16 runs through the opt-in emulation
-given as the launcher would (ACCELERATE_CORE_CPU_FP16_EMULATION), so the script is unchanged.
+given as the launcher would (ACCELERATE_CORE_CPU_FP16_EMULATION, set for that run only), so the
+script is unchanged.
+
+The three cases are this module's part of the session's shared 2-rank launch (shared_launch.py):
+one after another in one process group, each with a fresh Accelerator and engine freed
+afterwards (fp16 last: it swaps DeepSpeed's accelerator for the emulating one until its
+teardown). If the launch fails, every case fails with its output.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ import torch
 from torch.testing import assert_close
 
 from accelerate_core.imports import is_deepspeed_available
+from tests.accelerate_core.conftest import Mission, mission_records, mission_scenario
 from tests.accelerate_core.scripts.plain_reference import train_reference
 from tests.accelerate_core.scripts.task import TaskConfig
-from tests.distributed_helpers import run_distributed
+from tests.accelerate_core.shared_launch import LaunchPart
 
 pytestmark = [
     pytest.mark.deepspeed,
@@ -29,7 +36,6 @@ pytestmark = [
                        reason="deepspeed is not installed (pip install deepspeed) - DeepSpeed tests skipped"),
 ]
 
-MISSION = Path(__file__).resolve().parent / "scripts" / "mission_loop.py"
 OVERFLOW_STEP = 3
 CASES = {  # (zero stage, precision) -> (rtol, atol)
     (3, "no"): (1.3e-6, 1e-5),
@@ -38,25 +44,40 @@ CASES = {  # (zero stage, precision) -> (rtol, atol)
 }
 
 
-def run(out: Path, stage: int, precision: str) -> dict[str, Any]:
-    out.mkdir(parents=True, exist_ok=True)
-    args = ["--cpu", "--out", str(out), "--zero-stage", str(stage), "--mixed-precision", precision]
-    env = {}
-    if precision == "fp16":
-        args += ["--inject-overflow-step", str(OVERFLOW_STEP)]
-        env["ACCELERATE_CORE_CPU_FP16_EMULATION"] = "1"
-    run_distributed(MISSION, 2, args, env=env, timeout=300)
-    record: dict[str, Any] = torch.load(out / "record.pt", weights_only=False)
-    record["state_dict"] = torch.load(out / "model.pt", weights_only=True)
+def case_id(stage: int, precision: str) -> str:
+    return f"zero{stage}-{precision}"
+
+
+def mission(stage: int, precision: str) -> Mission:
+    args = ("--zero-stage", str(stage), "--mixed-precision", precision)
+    if precision != "fp16":
+        return Mission(case_id(stage, precision), args)
+    return Mission(case_id(stage, precision), (*args, "--inject-overflow-step", str(OVERFLOW_STEP)),
+                   env={"ACCELERATE_CORE_CPU_FP16_EMULATION": "1"})
+
+
+MISSIONS = [mission(s, p) for s, p in CASES]  # fp16 last, as CASES has it
+SHARED_LAUNCH = LaunchPart(scenarios=lambda out, fixtures: [mission_scenario(out, m) for m in MISSIONS],
+                           needs_deepspeed=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def records(shared_launch_out: Path) -> dict[str, dict[str, Any]]:
+    return mission_records(shared_launch_out, MISSIONS)
+
+
+def load(records: dict[str, dict[str, Any]], stage: int, precision: str) -> dict[str, Any]:
+    record = records[case_id(stage, precision)]
+    record["state_dict"] = torch.load(record["model_path"], weights_only=True)
     return record
 
 
-@pytest.mark.parametrize(("stage", "precision"), list(CASES), ids=[f"zero{s}-{p}" for s, p in CASES])
+@pytest.mark.parametrize(("stage", "precision"), list(CASES), ids=[case_id(s, p) for s, p in CASES])
 def test_mission_loop_with_deepspeed_matches_plain_pytorch(
-    tmp_path: Path, stage: int, precision: str
+    records: dict[str, dict[str, Any]], stage: int, precision: str
 ) -> None:
     rtol, atol = CASES[(stage, precision)]
-    record = run(tmp_path, stage, precision)
+    record = load(records, stage, precision)
     inject = OVERFLOW_STEP if precision == "fp16" else None
     ref = train_reference(TaskConfig(world_size=2, mixed_precision=precision, inject_overflow_step=inject))
 

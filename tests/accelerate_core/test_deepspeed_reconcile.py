@@ -1,6 +1,7 @@
 """Where DeepSpeed 0.19.8 alone trains differently from (or fails where) a plain loop does not, the
-core reconciles it; one 2-rank launch of scripts/deepspeed_reconcile.py, compared here with a
-plain-PyTorch loop (`plain_reference`, no accelerate_core).
+core reconciles it; scripts/deepspeed_reconcile.py's checks, compared here with a plain-PyTorch
+loop (`plain_reference`, no accelerate_core). They run as this module's part of the session's
+shared 2-rank launch (shared_launch.py); if it fails, every test here fails with its output.
 
 - A root-owned parameter with a nested frozen-dataclass output under ZeRO-3 (DeepSpeed alone:
   "The size of tensor a (0) must match ..." in the first backward, reproduced by
@@ -26,7 +27,7 @@ from torch.testing import assert_close
 
 from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.scripts.deepspeed_reconcile import make, plain_reference
-from tests.distributed_helpers import run_distributed
+from tests.accelerate_core.shared_launch import LaunchPart, Scenario
 
 pytestmark = [
     pytest.mark.deepspeed,
@@ -35,18 +36,22 @@ pytestmark = [
                        reason="deepspeed is not installed (pip install deepspeed) - DeepSpeed tests skipped"),
 ]
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "deepspeed_reconcile.py"
 CHECKS = ["rootparam:3", "buffer:2:bf16", "buffer:3:bf16", "scalar:1", "scalar:2", "scalar:3",
           "savestate_misuse:3"]  # misuse last: it waits out its 3 s timeout
 FP32 = (1.3e-6, 1e-5)  # (rtol, atol): torch.testing's fp32 default
 BF16 = (5e-2, 5e-2)
 
 
+# order 1: late in the launch, as its last check leaves a timed-out collective behind it.
+SHARED_LAUNCH = LaunchPart(
+    scenarios=lambda out, fixtures: [Scenario("checks", "tests.accelerate_core.scripts.deepspeed_reconcile",
+                                    ("--out", str(out), "--checks", ",".join(CHECKS)))],
+    needs_deepspeed=True, timeout=300, order=1)
+
+
 @pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("ds_reconcile")
-    run_distributed(SCRIPT, 2, ["--out", str(out), "--checks", ",".join(CHECKS)], timeout=300)
-    return out
+def records(shared_launch_out: Path) -> Path:
+    return shared_launch_out
 
 
 def load(out: Path, check: str) -> dict[str, Any]:

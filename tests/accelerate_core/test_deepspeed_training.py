@@ -1,9 +1,16 @@
 """DeepSpeed ZeRO 1/2/3 on real CPU ranks (gloo) against a plain-PyTorch loop.
 
-Two launches in all (start-up, not training, is the cost): one on 2 ranks running every check of
-scripts/deepspeed_checks.py in turn, one on 1 rank. Each check is an Accelerator running the
-user loop (docs/the-user-loop.md) unchanged; the references are computed here by `plain_reference`, a plain
-PyTorch loop that imports nothing from accelerate_core.
+Start-up, not training, is the cost of a launch, so few of them: every 2-rank check of
+scripts/deepspeed_checks.py runs in turn as this module's part of the session's shared 2-rank
+launch (shared_launch.py), the 1-rank checks in a launch of 1 rank. The fp16 paths without native
+fp16 (emulation and refusal) join the shared launch on a CPU without native fp16, where capping
+oneDNN below it changes nothing; on a CPU with it, the cap is what reaches those paths, and it
+acts only on a process started with it, so they keep a 2-rank launch of their own, capped. If a
+launch fails, every test reading it fails with its output.
+
+Each check is an Accelerator running the user loop (docs/the-user-loop.md) unchanged; the
+references are computed here by `plain_reference`, a plain PyTorch loop that imports nothing
+from accelerate_core.
 
 Tolerances: fp32 is torch.testing's fp32 default (rtol 1.3e-6, atol 1e-5). bf16 is the issue's
 5e-2 (measured: about 1.4e-3 on weights). fp16 runs through the opt-in CPU emulation and is
@@ -33,6 +40,7 @@ from tests.accelerate_core.scripts.deepspeed_checks import (
     make_objects,
     plain_reference,
 )
+from tests.accelerate_core.shared_launch import LaunchPart, Scenario
 from tests.cpu_paths import NATIVE_FP16_HERE, NO_NATIVE_FP16_REASON, WITHOUT_NATIVE_FP16
 from tests.distributed_helpers import run_distributed
 
@@ -70,7 +78,7 @@ TWO_RANK_CHECKS = (
     # covers the emulation)
     + (FP16_CHECKS if NATIVE_FP16_HERE else []) + [f"resume:{s}" for s in STAGES]
     + [f"clip:{s}" for s in CLIP_STAGES] + ["clipcall:2"] + [f"offload:{s}" for s in OFFLOAD_STAGES]
-    + ["linear:3", "micro_steps:2", "prepare_errors", "misuse:3"]  # misuse last: it waits out its 3 s timeout
+    + ["linear:3", "micro_steps:2", "prepare_errors"]
 )
 # With oneDNN capped below native fp16 (a no-op on a CPU without it): the emulation, opted into,
 # and the refusal without the opt-in, on every machine.
@@ -78,20 +86,44 @@ NO_NATIVE_FP16_CHECKS = [*FP16_CHECKS, "fp16_refused"]
 ONE_RANK_CHECKS = [f"train:{s}:no" for s in STAGES]
 
 
+def _arguments(out: Path, checks: list[str]) -> list[str]:
+    return ["--out", str(out), "--checks", ",".join(checks), "--inject-overflow-step", str(INJECTED_STEP)]
+
+
 def _launch(out: Path, nproc: int, checks: list[str], env: dict[str, str] | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    run_distributed(SCRIPT, nproc, ["--out", str(out), "--checks", ",".join(checks),
-                                    "--inject-overflow-step", str(INJECTED_STEP)], env=env, timeout=600)
+    run_distributed(SCRIPT, nproc, _arguments(out, checks), env=env, timeout=600)
     return out
 
 
-@pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _launch(tmp_path_factory.mktemp("ds2"), 2, TWO_RANK_CHECKS)
+def shared_checks(out: Path, fixtures: frozenset[str]) -> list[Scenario]:
+    """The checks the selected tests read: the 2-rank ones (`two_ranks`), and the fp16 paths
+    without native fp16 (`two_ranks_without_native_fp16`) where the cap would change nothing
+    (this CPU has no native fp16); misuse last, as it waits out its 3 s timeout."""
+    checks = list(TWO_RANK_CHECKS) if "two_ranks" in fixtures else []
+    if "two_ranks_without_native_fp16" in fixtures and not NATIVE_FP16_HERE:
+        checks += NO_NATIVE_FP16_CHECKS
+    if "two_ranks" in fixtures:
+        checks.append("misuse:3")
+    if not checks:
+        return []
+    return [Scenario("checks", "tests.accelerate_core.scripts.deepspeed_checks", _arguments(out, checks))]
+
+
+# order 1: late in the launch, as its last check (misuse) leaves a timed-out collective behind it.
+SHARED_LAUNCH = LaunchPart(scenarios=shared_checks, needs_deepspeed=True, timeout=600, order=1)
 
 
 @pytest.fixture(scope="module")
-def two_ranks_without_native_fp16(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def two_ranks(shared_launch_out: Path) -> Path:
+    return shared_launch_out
+
+
+@pytest.fixture(scope="module")
+def two_ranks_without_native_fp16(request: pytest.FixtureRequest,
+                                  tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not NATIVE_FP16_HERE:  # its checks ran in the shared launch (shared_checks)
+        return Path(request.getfixturevalue("shared_launch_out"))
     return _launch(tmp_path_factory.mktemp("ds2-no-native-fp16"), 2, NO_NATIVE_FP16_CHECKS,
                    env=WITHOUT_NATIVE_FP16)
 

@@ -1,13 +1,22 @@
-"""Shared by the runner, CLI and fault tests: a small matrix file, a CLI run in a subprocess,
-and the check that no process of a run is left behind."""
+"""Shared by the runner, CLI and fault tests: a small matrix file, a CLI run in a subprocess or
+in this process, and the check that no process of a run is left behind."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import io
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +80,142 @@ def run_harness(
     return subprocess.run(
         harness_cmd(*args), cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, env=full_env
     )
+
+
+# What `python -m harness` may change in the process that runs it: `run` turns SIGINT, SIGTERM
+# and SIGHUP into KeyboardInterrupt (harness.run.signals.install; ignore_further sets SIG_IGN
+# after an interrupt) and registers an atexit cleanup of its launches.
+_RUN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+OUTPUT_TAIL = 3000  # characters of a run's output in a failure message
+
+
+def run_harness_in_process(
+    *args: str, timeout: float = 240.0, env: dict[str, str] | None = None, cwd: Path = REPO_ROOT
+) -> subprocess.CompletedProcess[str]:
+    """`python -m harness ARGS` as harness.cli.main.main in this process (see run_in_process):
+    what `run_harness` gives, without a fresh interpreter importing torch again (about 4 CPU-s).
+    Every launch a run makes is still a real torchrun. For tests where the process is not the
+    point: signals sent to the runner, a pipe, the console entry point need `run_harness`."""
+    from harness.cli.main import main
+
+    return run_in_process(main, args, name="python -m harness", timeout=timeout, env=env, cwd=cwd)
+
+
+def run_in_process(
+    main: Callable[[list[str]], int],
+    args: Sequence[str],
+    *,
+    name: str,
+    timeout: float = 240.0,
+    env: dict[str, str] | None = None,
+    cwd: Path = REPO_ROOT,
+) -> subprocess.CompletedProcess[str]:
+    """`main(args)` of the command `name`, with what its process would have given: the exit
+    status, stdout and stderr as text, and for an uncaught exception its traceback on stderr and
+    status 1. `env` is laid over os.environ (processes it starts inherit it; CI=1 as in
+    `run_harness`: plain progress lines) and `cwd` is its working directory; both, the signal
+    handlers, the root logger and the warning filters are restored afterwards. Past `timeout`
+    it is interrupted as Ctrl-C would (a run writes its partial report) and TimeoutError carries
+    its output."""
+    out, err = io.StringIO(), io.StringIO()
+    with (_process_state_restored(cwd), _environment({**(env or {}), "CI": "1"}),
+          contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)):
+        status, expired = _call_with_deadline(lambda: main(list(args)), timeout)
+    done = subprocess.CompletedProcess([*name.split(), *args], status, out.getvalue(), err.getvalue())
+    if expired:
+        raise TimeoutError(f"`{name} {' '.join(args)}` did not finish within {timeout:.0f} s "
+                           f"(interrupted); its output:\n{output_tail(done)}")
+    return done
+
+
+def output_tail(done: subprocess.CompletedProcess[str], chars: int = OUTPUT_TAIL) -> str:
+    """The end of a run's stdout and stderr, for a failure message."""
+    return f"--- stdout:\n{done.stdout[-chars:]}\n--- stderr:\n{done.stderr[-chars:]}"
+
+
+def _call_with_deadline(call: Callable[[], int], timeout: float) -> tuple[int, bool]:
+    """(exit status, whether the deadline interrupted it). At the deadline a watchdog sends this
+    process SIGINT while `call` still runs: the run stops its launches and reports, as it would
+    for Ctrl-C. Its KeyboardInterrupt, should it land just after `call` returned, is absorbed."""
+    expired = threading.Event()
+    running = threading.Lock()  # held while `call` runs: no SIGINT once it is released
+
+    def interrupt() -> None:
+        if running.acquire(blocking=False):  # `call` has returned: nothing to interrupt
+            running.release()
+            return
+        expired.set()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    watchdog = threading.Timer(timeout, interrupt)
+    watchdog.daemon = True
+    status = 130
+    try:
+        with running:
+            watchdog.start()
+            status = _exit_status(call)
+        watchdog.cancel()
+        watchdog.join()
+        time.sleep(0)  # a SIGINT sent just before the release is handled here, inside the try
+    except KeyboardInterrupt:
+        if not expired.is_set():
+            raise  # a real Ctrl-C of the test run
+    return status, expired.is_set()
+
+
+def _exit_status(call: Callable[[], int]) -> int:
+    """The status `python -m harness` would exit with (sys.exit's rules; a traceback and 1 for an
+    uncaught exception, printed where the interpreter prints it)."""
+    try:
+        return call()
+    except SystemExit as exc:  # argparse's usage errors
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except Exception:
+        traceback.print_exc()
+        return 1
+
+
+@contextlib.contextmanager
+def _environment(overrides: dict[str, str]) -> Iterator[None]:
+    """os.environ with `overrides`, then exactly as it was (keys added by the run removed too)."""
+    saved = dict(os.environ)
+    os.environ.update(overrides)
+    try:
+        yield
+    finally:
+        for key in set(os.environ) - set(saved):
+            del os.environ[key]
+        for key, value in saved.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _process_state_restored(cwd: Path) -> Iterator[None]:
+    """Run in `cwd`; afterwards the cwd, the signal handlers, the root logger and the warning
+    filters are as before, and the run's atexit cleanup is unregistered (a run that returned has
+    stopped every launch it started, so copies of it would only pile up in the test process)."""
+    from harness.run.processes import cleanup_all
+
+    handlers = {sig: signal.getsignal(sig) for sig in _RUN_SIGNALS}
+    root = logging.getLogger()
+    level, log_handlers = root.level, list(root.handlers)
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        os.chdir(before)
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: a handler not set from Python, which nothing here replaces
+                signal.signal(sig, handler)
+        root.setLevel(level)
+        root.handlers[:] = log_handlers
+        atexit.unregister(cleanup_all)
 
 
 def processes_mentioning(marker: str) -> list[psutil.Process]:

@@ -1,13 +1,20 @@
-"""The matrix items themselves: selection by marker, and one launch per group of selected cells."""
+"""The matrix items themselves: selection by marker, and one launch per group of selected cells.
+
+pytest's own collection of tests/matrix/test_matrix.py runs in this process (`pytest.main`, as
+pytester's in-process runs do): a fresh import of that module and its conftest for each
+collection, so they read the copied matrix, and the modules this process had are put back after.
+A `python -m pytest` subprocess per selection cost a torch import each and proved nothing more.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -31,23 +38,60 @@ def matrix_copy(tmp_path: Path) -> Path:
     return path
 
 
-def _collect(matrix_file: Path, *args: str) -> list[str]:
-    env = {**os.environ, "MATRIX_FILE": str(matrix_file)}
-    command = [sys.executable, "-m", "pytest", "tests/matrix/test_matrix.py", "--collect-only", "-q"]
-    command += ["-p", "no:cacheprovider", *args]
-    out = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return [line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines() if "::test_cell[" in line]
+# Modules a collection of the matrix items imports and that read MATRIX_FILE or keep state
+# (test_matrix's parameters, conftest's session): imported afresh for each collection.
+_FRESH_MODULES = ("tests.matrix.test_matrix", "tests.matrix.conftest")
 
 
-def test_marker_selection_collects_exactly_the_matching_cells(matrix_copy: Path) -> None:
+@contextmanager
+def _fresh_imports(names: tuple[str, ...]) -> Iterator[None]:
+    """`names` absent from sys.modules inside, this process's own modules back afterwards."""
+    saved: dict[str, ModuleType] = {n: sys.modules.pop(n) for n in names if n in sys.modules}
+    try:
+        yield
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
+
+
+class _Selected:
+    """A pytest plugin: the node ids of the items left after -m / -k deselection."""
+
+    def __init__(self) -> None:
+        self.node_ids: list[str] = []
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.node_ids = [item.nodeid for item in session.items]
+
+
+def _collect(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], matrix_file: Path,
+             *args: str) -> list[str]:
+    """The cell ids pytest collects from tests/matrix/test_matrix.py with `args`, `matrix_file` as
+    the matrix (its real collection and deselection, in this process)."""
+    selected = _Selected()
+    with monkeypatch.context() as patch, _fresh_imports(_FRESH_MODULES):
+        patch.setenv("MATRIX_FILE", str(matrix_file))
+        patch.chdir(REPO_ROOT)
+        command = ["tests/matrix/test_matrix.py", "--collect-only", "-q", "-p", "no:cacheprovider", *args]
+        exit_code = pytest.main(command, plugins=[selected])
+    output = capsys.readouterr()
+    assert exit_code == pytest.ExitCode.OK, f"exit {exit_code!r}\n{output.out[-4000:]}\n{output.err[-4000:]}"
+    return [node.split("[", 1)[1].rstrip("]") for node in selected.node_ids if "::test_cell[" in node]
+
+
+def test_marker_selection_collects_exactly_the_matching_cells(
+    matrix_copy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     cells = load_matrix(matrix_copy).cells
-    assert _collect(matrix_copy) == [c.id for c in cells]
-    assert _collect(matrix_copy, "-m", "deepspeed") == [c.id for c in cells if c.is_deepspeed]
-    assert _collect(matrix_copy, "-m", "bf16 and not gpu and not multi_gpu") == [
+    assert _collect(monkeypatch, capsys, matrix_copy) == [c.id for c in cells]
+    assert _collect(monkeypatch, capsys, matrix_copy, "-m", "deepspeed") == [
+        c.id for c in cells if c.is_deepspeed
+    ]
+    assert _collect(monkeypatch, capsys, matrix_copy, "-m", "bf16 and not gpu and not multi_gpu") == [
         c.id for c in cells if c.precision == "bf16" and c.device == "cpu"
     ]
-    assert _collect(matrix_copy, "-k", "regression-cpu2") == [
+    assert _collect(monkeypatch, capsys, matrix_copy, "-k", "regression-cpu2") == [
         c.id for c in cells if c.task == "regression" and c.device == "cpu" and c.processes == 2
     ]
 

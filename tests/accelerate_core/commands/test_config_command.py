@@ -1,4 +1,11 @@
-"""`accelerate-core config`: the questionnaire through standard input, and --default."""
+"""`accelerate-core config`: the questionnaire through standard input, and --default.
+
+The first test pipes its answers into a real `accelerate-core config` process (the console entry
+point, as a user runs it); the other questionnaires and --default call the command's main(argv)
+in this process (cli_helpers.run_cli_in_process: same environment, standard input and streams),
+where each subprocess would pay torch's start-up for the same code path. --default's file is then
+read by real `launch --dry-run` processes.
+"""
 
 from __future__ import annotations
 
@@ -9,21 +16,26 @@ import pytest
 
 from accelerate_core import config_file
 from accelerate_core.config import CONFIG_VERSION, LaunchConfig, default_config_path, load_config
-from tests.accelerate_core.commands.cli_helpers import cli_environ, describe, run_cli
+from tests.accelerate_core.commands.cli_helpers import cli_environ, describe, run_cli, run_cli_in_process
 
 
-def run_config(tmp_path: Path, answers: list[str], *flags: str) -> tuple[CompletedProcess[str], Path]:
+def run_config(tmp_path: Path, answers: list[str], *flags: str,
+               subprocess: bool = False) -> tuple[CompletedProcess[str], Path]:
+    """The questionnaire answered with `answers` (one per line), in this process unless
+    `subprocess`."""
     path = tmp_path / "out" / "config.yaml"
-    result = run_cli(["config", "--config-file", str(path), *flags], cli_environ(tmp_path),
-                     stdin="".join(a + "\n" for a in answers))
+    run = run_cli if subprocess else run_cli_in_process
+    result = run(["config", "--config-file", str(path), *flags], cli_environ(tmp_path),
+                 stdin="".join(a + "\n" for a in answers))
     return result, path
 
 
 def test_deepspeed_answers_write_the_expected_file(tmp_path: Path) -> None:
     # cpu, backend, machines, processes, precision, stage, offload optimizer, offload params,
     # accumulation, clipping. An invalid answer ("4" as ZeRO stage) is asked again.
+    # A real `accelerate-core config` process, its answers through a pipe.
     answers = ["yes", "deepspeed", "1", "2", "bf16", "4", "3", "cpu", "none", "4", "1.5"]
-    result, path = run_config(tmp_path, answers)
+    result, path = run_config(tmp_path, answers, subprocess=True)
     assert result.returncode == 0, describe(result)
     assert "Not accepted" in result.stdout and "0, 1, 2, 3" in result.stdout
     assert load_config(path) == LaunchConfig(
@@ -102,7 +114,7 @@ def test_default_writes_a_cpu_config_on_a_cpu_only_machine(tmp_path: Path) -> No
     import torch
 
     env = cli_environ(tmp_path, config_text=None, extra={"XDG_CACHE_HOME": str(tmp_path / "cache")})
-    result = run_cli(["config", "--default"], env, stdin="")
+    result = run_cli_in_process(["config", "--default"], env, stdin="")
     assert result.returncode == 0, describe(result)
     path = tmp_path / "cache" / "accelerate_core" / "default_config.yaml"
     assert str(path) in result.stdout
@@ -118,8 +130,8 @@ def test_default_writes_a_cpu_config_on_a_cpu_only_machine(tmp_path: Path) -> No
     for key in ("backend", "mixed_precision", "gradient_accumulation_steps"):
         assert f"{key}: null" in text, text
     assert "null means unset" in text
-    # The file written to the default place is the one launch then reads, and launch passes
-    # only the values that are set.
+    # The file written to the default place is the one a real launch process then reads, and
+    # launch passes only the values that are set.
     shown = run_cli(["launch", "--dry-run", __file__], env)
     assert shown.returncode == 0, describe(shown)
     passed = sorted(line for line in shown.stdout.splitlines() if line.startswith("env: ACCELERATE_CORE_"))

@@ -14,7 +14,13 @@ import pytest
 import torch
 
 from accelerate_core.imports import is_deepspeed_available
-from tests.accelerate_core.commands.cli_helpers import SCRIPTS, cli_environ, describe, run_cli
+from tests.accelerate_core.commands.cli_helpers import (
+    SCRIPTS,
+    cli_environ,
+    describe,
+    run_cli,
+    run_cli_in_process,
+)
 
 sys.path.insert(0, str(SCRIPTS))
 import mission_parts  # lives beside the script it serves
@@ -73,7 +79,9 @@ def test_default_config_runs_the_fp16_mission_script_and_a_chosen_precision_bind
     (autocast + GradScaler under DDP on CPU). A precision the user did choose still binds."""
     config = tmp_path / "default.yaml"
     env = cli_environ(tmp_path / "cfg")
-    written = run_cli(["config", "--default", "--config-file", str(config)], env)
+    # Written in this process (main(argv): the file is what matters here; test_config_command.py
+    # runs `config` as a process); the launches below are real.
+    written = run_cli_in_process(["config", "--default", "--config-file", str(config)], env)
     assert written.returncode == 0, describe(written)
     out = tmp_path / "fp16.pt"
     result = run_cli(["launch", "--config-file", str(config), "--cpu", "--num-processes", str(WORLD),

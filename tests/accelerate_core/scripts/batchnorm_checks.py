@@ -12,6 +12,9 @@ compares these with plain-PyTorch loops it runs itself (`single_process_referenc
 
 A check is STRATEGY:PRECISION:MODE with STRATEGY ddp|zero1|zero2|zero3, PRECISION no|bf16|fp16,
 MODE sync (Accelerator(sync_batchnorm=True)) or plain.
+
+`main(argv)` is also what scripts/scenarios.py calls: the tests run these checks as their part
+of the session's shared 2-rank launch (tests/accelerate_core/shared_launch.py).
 """
 
 from __future__ import annotations
@@ -225,11 +228,11 @@ def run_check(strategy: str, precision: str, sync: bool) -> dict[str, Any]:
     return record
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--checks", required=True, help="comma-separated STRATEGY:PRECISION:MODE")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import torch.distributed as dist
 
     for check in args.checks.split(","):

@@ -8,6 +8,9 @@ final full state dict) and, for the zero3 run, OUT/model_zero3.pt through
 `accelerator.save(accelerator.get_state_dict(model), path)`.
 
     checkpoint_grid.py --out DIR --single-ckpt DIR
+
+`main(argv)` runs the phases in a launch of scripts/scenarios.py too (test_checkpoint_portable.py's
+part of the tests' shared launch).
 """
 
 from __future__ import annotations
@@ -66,11 +69,11 @@ def phase(
     accelerator.free_memory()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--single-ckpt", type=Path, required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     out: Path = args.out
     phase("zero3", out, "zero3_full", save_dir=out / "ckpt_zero3")
     phase("ddp", out, "ddp_full", save_dir=out / "ckpt_ddp")
@@ -81,8 +84,10 @@ def main() -> None:
     phase("zero3", out, "zero3_from_ddp", resume_from=out / "ckpt_ddp")
     phase("zero2", out, "zero2_from_single", resume_from=args.single_ckpt)
     phase("zero3", out, "zero3_from_single", resume_from=args.single_ckpt)
-    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    # Alone in its launch: the group can go now. Run by scripts/scenarios.py, other runs follow
+    # in the same group (the core destroys it at exit either way).
+    torch.distributed.destroy_process_group()

@@ -2,6 +2,9 @@
 
 The test (test_collectives_ddp.py) asserts on the saved values; this script only records them,
 so a wrong value is reported by the test with the expected value beside it.
+
+`main(argv)` is also what scripts/scenarios.py calls: the tests run these checks as their part
+of the session's shared 2-rank launch (tests/accelerate_core/shared_launch.py).
 """
 
 from __future__ import annotations
@@ -47,10 +50,10 @@ def indices_for_metrics(accelerator: Accelerator, loader: Any) -> tuple[list[int
     return kept, raw
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     acc = Accelerator(cpu=True)
     rank = acc.process_index
     seen: dict[str, Any] = {"num_processes": acc.num_processes, "strategy": acc.strategy.name}

@@ -6,6 +6,9 @@ the Accelerator. The tests compare these records with a plain-PyTorch loop they 
 (`plain_reference` below imports nothing from accelerate_core).
 
     deepspeed_checks.py --out DIR --checks train:1:no,train:3:bf16,fp16:2,resume:3,misuse,fp16_refused
+
+`main(argv)` is also what scripts/scenarios.py calls: the tests run these checks as their part
+of the session's shared 2-rank launch (tests/accelerate_core/shared_launch.py).
 """
 
 from __future__ import annotations
@@ -325,12 +328,12 @@ def check_fp16_refused() -> dict[str, Any]:
     return record
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--checks", required=True, help="comma-separated, see the module docstring")
     parser.add_argument("--inject-overflow-step", type=int, default=1)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import torch.distributed as dist
 
     for check in args.checks.split(","):

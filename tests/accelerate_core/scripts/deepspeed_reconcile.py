@@ -9,6 +9,9 @@ the core reconciles it (test_deepspeed_reconcile.py compares the records with pl
 - savestate_misuse:3  save_state on the main process only: CollectiveMisuseError, not a hang.
 
     deepspeed_reconcile.py --out DIR --checks rootparam:3,buffer:2:bf16,savestate_misuse:3
+
+`main(argv)` is also what scripts/scenarios.py calls: the tests run these checks as their part
+of the session's shared 2-rank launch (tests/accelerate_core/shared_launch.py).
 """
 
 from __future__ import annotations
@@ -171,11 +174,11 @@ def check_savestate_misuse(stage: int, out: Path) -> dict[str, Any]:
     return record
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--checks", required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import torch.distributed as dist
 
     for check in args.checks.split(","):

@@ -6,6 +6,8 @@ test-only hooks: --inject-overflow-step (makes one optimizer step's gradients no
 model.pt (the MISSION's `accelerator.save(accelerator.get_state_dict(model), path)`) and
 record.pt (per-micro-step losses, per-optimizer-step overflow flags and learning rates, loss
 scales, gathered eval outputs). Flags are relied on by the DeepSpeed tests: keep them stable.
+`main(argv)` returns its Accelerator, so scripts/scenarios.py can free it and run the next
+configuration in the same launch.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def flat_params(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().float().reshape(-1).cpu() for p in model.parameters()])
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> Accelerator:
     args = parse_args(argv)
     config = TaskConfig(mixed_precision=args.mixed_precision, epochs=args.epochs)
     if args.inject_overflow_step is not None and args.mixed_precision != "fp16":
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
                         progress = {"epoch": e, "next_step": step + 1, "opt_step": opt_step}
                         (args.state_dir / "loop_progress.json").write_text(json.dumps(progress))
                     accelerator.wait_for_everyone()
-                    return
+                    return accelerator
         skip = 0
 
     model.eval()
@@ -138,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         accelerator.save({**record, **full, "num_processes": accelerator.num_processes,
                           "unwrapped_keys": sorted(unwrapped_model.state_dict())}, args.out / "record.pt")
     accelerator.wait_for_everyone()
+    return accelerator
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """Issue 7: nothing half-written is ever read as valid; the same CPU fp32 cell twice gives
-bit-identical records."""
+bit-identical records.
+
+The writers killed mid-write are real processes (SIGKILL is the point); the second run of the
+determinism check is `python -m harness run` in this process (harness.cli.main.main), its launch
+a real torchrun."""
 
 from __future__ import annotations
 
@@ -16,7 +20,13 @@ from harness.run.runner import RunOptions, run_cells
 from harness.spec.cell import Cell
 from harness.truth.outcome import Status
 from harness.truth.record import Record, RecordError
-from tests.harness.runner_helpers import assert_no_leftovers, cells_by_id, run_harness, write_matrix
+from tests.harness.runner_helpers import (
+    assert_no_leftovers,
+    cells_by_id,
+    output_tail,
+    run_harness_in_process,
+    write_matrix,
+)
 
 WRITER = """
 import sys
@@ -96,7 +106,7 @@ def test_same_cpu_fp32_cell_twice_is_bit_identical(tmp_path: Path) -> None:
     (result,) = run_cells([cell], RunOptions(first, timeout_s=90))
     assert result.status == Status.PASSED
     second = tmp_path / "second"
-    done = run_harness(
+    done = run_harness_in_process(
         "run",
         "--matrix",
         str(write_matrix(tmp_path)),
@@ -107,7 +117,7 @@ def test_same_cpu_fp32_cell_twice_is_bit_identical(tmp_path: Path) -> None:
         "--compare-records",
         str(first),
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, output_tail(done)
     bytes_first = (first / "records" / f"{cell.id}.safetensors").read_bytes()
     bytes_second = (second / "records" / f"{cell.id}.safetensors").read_bytes()
     assert bytes_first == bytes_second

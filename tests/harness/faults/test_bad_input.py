@@ -1,5 +1,12 @@
 """Issue 7: every bad input gets a clear message (given, why wrong, valid choices, fix) and a
-non-zero exit, through the entry point a person uses (`python -m harness`, `accelerate-core`)."""
+non-zero exit, from the command a person uses (`python -m harness`, `accelerate-core`).
+
+The commands' own main(argv) runs in this process (run_harness_in_process, run_in_process: the
+exit status, stdout, stderr and any traceback a subprocess would give). Real subprocesses where
+the process is the point: `accelerate-core` through its console entry point
+(test_launch_with_missing_script, and the DeepSpeed fp16 refusal, which launches a script), and
+the fp16 skip, whose oneDNN cap must be in the environment before torch starts in the runner.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from accelerate_core.commands.main import main as core_main
 from accelerate_core.imports import is_deepspeed_available
 from harness.paths import GOLDEN_DIR
 from harness.spec.cell import Cell
@@ -22,6 +30,8 @@ from tests.harness.runner_helpers import (
     cells_by_id,
     golden_as_record,
     run_harness,
+    run_harness_in_process,
+    run_in_process,
     write_matrix,
 )
 
@@ -41,7 +51,7 @@ def assert_explained(done: subprocess.CompletedProcess[str], *fragments: str) ->
 def test_invalid_toml(tmp_path: Path) -> None:
     bad = tmp_path / "matrix.toml"
     bad.write_text('[axes]\ntask = ["regression"\n')
-    done = run_harness("list", "--matrix", str(bad))
+    done = run_harness_in_process("list", "--matrix", str(bad))
     assert done.returncode == EXIT_USAGE
     assert_explained(done, "not valid TOML", "line")
 
@@ -50,26 +60,26 @@ def test_unknown_axis_value(tmp_path: Path) -> None:
     matrix = write_matrix(
         tmp_path, SMALL_MATRIX.replace('strategy = ["single", "ddp"]', 'strategy = ["zero4"]')
     )
-    done = run_harness("run", "--matrix", str(matrix))
+    done = run_harness_in_process("run", "--matrix", str(matrix))
     assert done.returncode == EXIT_USAGE
     assert_explained(done, "'zero4'", "not a valid strategy", "'zero3'")
 
 
 def test_unknown_task(tmp_path: Path) -> None:
     matrix = write_matrix(tmp_path, SMALL_MATRIX.replace('task = ["regression"]', 'task = ["regresion"]'))
-    done = run_harness("list", "--matrix", str(matrix))
+    done = run_harness_in_process("list", "--matrix", str(matrix))
     assert done.returncode == EXIT_USAGE
     assert_explained(done, "'regresion'", "no task of that name", "'regression'")
 
 
 def test_selection_matching_nothing(tmp_path: Path) -> None:
-    done = run_harness("run", "--matrix", str(write_matrix(tmp_path)), "-k", "zero3 and fp8")
+    done = run_harness_in_process("run", "--matrix", str(write_matrix(tmp_path)), "-k", "zero3 and fp8")
     assert done.returncode == EXIT_USAGE
     assert_explained(done, "-k 'zero3 and fp8'", "matches no cell", "python -m harness list")
 
 
 def test_selection_that_does_not_parse(tmp_path: Path) -> None:
-    done = run_harness("list", "--matrix", str(write_matrix(tmp_path)), "-m", "deepspeed and (")
+    done = run_harness_in_process("list", "--matrix", str(write_matrix(tmp_path)), "-m", "deepspeed and (")
     assert done.returncode == EXIT_USAGE
     assert_explained(done, "does not parse")
 
@@ -78,12 +88,12 @@ def test_selection_that_does_not_parse(tmp_path: Path) -> None:
 def test_environment_name_unknown_or_not_this_one(tmp_path: Path) -> None:
     matrix = SMALL_MATRIX + "\n[environments.a]\ndeepspeed = true\n[environments.b]\ndeepspeed = false\n"
     path = write_matrix(tmp_path, matrix)
-    unknown = run_harness(
+    unknown = run_harness_in_process(
         "run", "--matrix", str(path), "--env-name", "c", "--report-dir", str(tmp_path / "r")
     )
     assert_explained(unknown, "--env-name 'c'", "no such environment", "'a', 'b'")
     wrong = "b" if is_deepspeed_available() else "a"
-    mismatch = run_harness(
+    mismatch = run_harness_in_process(
         "run", "--matrix", str(path), "--env-name", wrong, "--report-dir", str(tmp_path / "r")
     )
     assert_explained(mismatch, f"--env-name '{wrong}'", "but deepspeed is")
@@ -92,7 +102,7 @@ def test_environment_name_unknown_or_not_this_one(tmp_path: Path) -> None:
 def test_report_dir_not_writable(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    done = run_harness(
+    done = run_harness_in_process(
         "run", "--matrix", str(write_matrix(tmp_path)), "--report-dir", str(blocker / "reports")
     )
     assert done.returncode == EXIT_USAGE
@@ -100,12 +110,13 @@ def test_report_dir_not_writable(tmp_path: Path) -> None:
 
 
 def test_resume_from_a_dir_without_report(tmp_path: Path) -> None:
-    done = run_harness("run", "--matrix", str(write_matrix(tmp_path)), "--resume", str(tmp_path / "nothing"))
+    done = run_harness_in_process("run", "--matrix", str(write_matrix(tmp_path)), "--resume",
+                                  str(tmp_path / "nothing"))
     assert_explained(done, "--resume", "report.json")
 
 
 def test_compare_records_without_records(tmp_path: Path) -> None:
-    done = run_harness(
+    done = run_harness_in_process(
         "run",
         "--matrix",
         str(write_matrix(tmp_path)),
@@ -123,7 +134,7 @@ def test_fp16_deepspeed_on_cpu_without_emulation_is_skipped_with_the_reason(tmp_
     matrix = SMALL_MATRIX.replace('strategy = ["single", "ddp"]', 'strategy = ["zero1"]')
     matrix = matrix.replace('precision = ["fp32"]', 'precision = ["fp16"]').replace('["ddp"]', '["zero1"]')
     report_dir = tmp_path / "r"
-    done = run_harness(
+    done = run_harness(  # a subprocess: DNNL_MAX_CPU_ISA must be set before torch starts
         "run",
         "--matrix",
         str(write_matrix(tmp_path, matrix)),
@@ -212,15 +223,21 @@ def test_golden_made_for_another_task_definition(broken_goldens: Path, tmp_path:
 
 # ------------------------------------------------------------------ the core's CLI, end to end
 def core(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`accelerate-core ARGS` through its console entry point, a real process."""
     exe = Path(shutil.which("accelerate-core") or "accelerate-core")
     return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})})
 
 
+def core_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`accelerate-core ARGS` as accelerate_core.commands.main.main in this process."""
+    return run_in_process(core_main, args, name="accelerate-core", timeout=120, cwd=cwd)
+
+
 def test_config_yaml_with_unknown_keys(tmp_path: Path) -> None:
     (tmp_path / "cfg.yaml").write_text("version: 1\nbackend: ddp\nnum_proceses: 2\n")
     (tmp_path / "s.py").write_text("print('never runs')\n")
-    done = core("launch", "--config-file", "cfg.yaml", "s.py", cwd=tmp_path)
+    done = core_in_process("launch", "--config-file", "cfg.yaml", "s.py", cwd=tmp_path)
     assert_explained(done, "unknown key(s) 'num_proceses'", "did you mean 'num_processes'")
     assert "never runs" not in done.stdout
 
@@ -230,7 +247,7 @@ def test_zero_stage_4(tmp_path: Path, where: str) -> None:
     (tmp_path / "s.py").write_text("print('never runs')\n")
     (tmp_path / "cfg.yaml").write_text("version: 1\nbackend: deepspeed\nzero_stage: 4\n")
     args = ["--zero-stage", "4"] if where == "flag" else ["--config-file", "cfg.yaml"]
-    done = core("launch", *args, "s.py", cwd=tmp_path)
+    done = core_in_process("launch", *args, "s.py", cwd=tmp_path)
     assert_explained(done, "4", "0, 1, 2, 3")
 
 
@@ -278,6 +295,6 @@ def test_fp16_deepspeed_on_cpu_without_emulation_is_refused_by_the_core(tmp_path
 
 @pytest.mark.parametrize("value", ["0", "-5", "soon"])
 def test_timeout_must_be_positive_seconds(value: str) -> None:
-    done = run_harness("run", "--timeout", value)
+    done = run_harness_in_process("run", "--timeout", value)
     assert done.returncode == EXIT_USAGE
     assert_explained(done, f"--timeout '{value}'", "positive number of seconds")

@@ -1,13 +1,25 @@
-"""The user loop through the core, judged against the plain-PyTorch goldens: one process
-in-process, and a real 2-process DDP launch. The other 2-process cells (DDP fp16/bf16, ZeRO 1-3
-in every precision) against the same goldens are the matrix items (tests/matrix), judged with
-their evidence and loss scales; they are not run twice. DeepSpeed's fp16 path (native or the
-emulation) is asserted in tests/accelerate_core/test_deepspeed_training.py."""
+"""The user loop through the core, judged against the plain-PyTorch goldens, in this process; and
+the DeepSpeed failures the core reconciles, reproduced with DeepSpeed alone in one real 2-process
+launch.
+
+Judged elsewhere, not run twice (each is a matrix item of tests/matrix/test_matrix.py, trained by
+the same `train_with_core` on 2 real ranks and judged against the same golden at the same
+`tolerance_for(precision, strategy)`, and before any number on its evidence of what ran:
+strategy, world size, device, ZeRO stage; a failing item fails, it never skips while deepspeed is
+installed):
+- 2-process DDP fp32 of regression, classifier, lm, scalar and root_param:
+  `test_cell[{task}-cpu2-ddp-fp32]`;
+- the core's side of the DeepSpeed failures (scalar and root_param under ZeRO 1-3, fp32, pass
+  their goldens where DeepSpeed alone fails): `test_cell[{scalar,root_param}-cpu2-zero{1,2,3}-fp32]`;
+- the other 2-process cells (DDP fp16/bf16, ZeRO 1-3 in every precision), with their loss scales.
+DeepSpeed's fp16 path (native or the emulation) is asserted in
+tests/accelerate_core/test_deepspeed_training.py."""
 
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,10 +37,21 @@ from tests.distributed_helpers import run_distributed
 # Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
 pytestmark = pytest.mark.goldens
 
-SCRIPT = Path(__file__).parents[1] / "scripts" / "core_vs_golden.py"
 ALONE_PROGRAM = Path(__file__).parents[3] / "harness" / "rank" / "deepspeed_alone.py"
 TASKS = ("regression", "classifier", "lm", "scalar", "root_param")
 FP32_SINGLE = load_matrix().tolerance_for("fp32", "single")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """Train in this process with one intra-op thread, as every rank of a launch does
+    (OMP_NUM_THREADS=1) and as the goldens were made. torch's default here, a thread per core,
+    only spins against the other pytest worker on a 2-core CI machine: lm's fp32 run cost 5 CPU-s
+    with 2 threads, 0.3 s with one. The process's setting is put back after the module."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -66,33 +89,18 @@ def test_one_changed_golden_value_fails_naming_quantity_step_and_tensor(
     assert "loss leaves tolerance at step 5" in sentence and "`block.mlp.0.weight`" in sentence
 
 
-def test_cells_in_one_process_do_not_leak_into_each_other() -> None:
-    """A cell after another cell (and after the caller drew random numbers) trains exactly like a
-    fresh one: the loop reseeds and frees the backend at the end."""
+def test_cells_in_one_process_do_not_leak_into_each_other(single_records: dict[str, Record]) -> None:
+    """A cell after other cells (and after the caller drew random numbers) trains exactly like
+    the same cell earlier in this process: the loop reseeds and frees the backend at the end.
+    The earlier run is the module's classifier record (trained after regression, before lm)."""
     task = get_task("classifier")
-    first = train_with_core(task, precision="fp32", cpu=True, zero_stage=None)
+    first = single_records["classifier"]
     torch.rand(100)
     train_with_core(get_task("lm"), precision="bf16", cpu=True, zero_stage=None)
     second = train_with_core(task, precision="fp32", cpu=True, zero_stage=None)
-    assert first is not None and second is not None
+    assert second is not None
     assert first.losses == second.losses
     assert all(torch.equal(first.state_dict[k], second.state_dict[k]) for k in first.state_dict)
-
-
-def _launch(tmp_path: Path, tasks: tuple[str, ...], runs: list[str], timeout: float) -> list[dict]:
-    out = tmp_path / "results.jsonl"
-    run_distributed(SCRIPT, 2, ["--tasks", ",".join(tasks), "--runs", ",".join(runs), "--out", str(out)],
-                    timeout=timeout)
-    return [json.loads(line) for line in out.read_text().splitlines()]
-
-
-@pytest.mark.ddp
-def test_ddp_two_processes_fp32_matches_the_golden(tmp_path: Path) -> None:
-    results = _launch(tmp_path, TASKS, ["fp32:ddp"], timeout=180)
-    assert len(results) == len(TASKS)
-    for entry in results:
-        assert entry["strategy_recorded"] == "ddp"
-        assert entry["ok"], entry.get("diagnosis") or entry.get("error")
 
 
 @pytest.mark.deepspeed
@@ -103,9 +111,10 @@ def test_the_deepspeed_failures_the_harness_found_are_still_there(tmp_path: Path
     - scalar (0-dim parameters): deepspeed.initialize fails in its start-up broadcast, every stage;
     - root_param (a root-owned parameter, plain dataclass output): ZeRO-3's first backward fails;
     - ZeRO-3 with memory_efficient_linear leaves torch's F.linear replaced.
-    Each core gate must agree with its reproduction on the installed release. Then through the
-    core, which reconciles them (strategies/deepspeed_compat.py and deepspeed_outputs.py): every
-    one of these cells passes its golden. When DeepSpeed alone stops failing, the gates turn the
+    Each core gate must agree with its reproduction on the installed release. Through the core,
+    which reconciles them (strategies/deepspeed_compat.py and deepspeed_outputs.py), every one of
+    these cells passes its golden: the matrix items test_cell[{scalar,root_param}-cpu2-zero{1,2,3}-
+    fp32] judge that (module docstring). When DeepSpeed alone stops failing, the gates turn the
     reconciliation off (docs/versions.md has the table per release)."""
     from importlib import metadata
 
@@ -119,12 +128,3 @@ def test_the_deepspeed_failures_the_harness_found_are_still_there(tmp_path: Path
     if metadata.version("deepspeed") == "0.19.8":  # the release CI installs; others: the sweep
         assert {key: v.verdict for key, v in verdicts.items()} == dict.fromkeys(verdicts, "present")
         assert [v.gate_on for v in verdicts.values()] == [True, True, None]
-
-    results = _launch(tmp_path, ("scalar", "root_param"), ["fp32:zero1", "fp32:zero2", "fp32:zero3"],
-                      timeout=240)
-    by_cell: dict[tuple[str, str], list[dict]] = {}
-    for entry in results:
-        by_cell.setdefault((entry["task"], entry["strategy"]), []).append(entry)
-    assert set(by_cell) == {(t, s) for t in ("scalar", "root_param") for s in ("zero1", "zero2", "zero3")}
-    for entries in by_cell.values():  # the core's runs match the goldens where DeepSpeed alone fails
-        assert [e["ok"] for e in entries] == [True], entries

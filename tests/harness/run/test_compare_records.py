@@ -1,6 +1,7 @@
 """`python -m harness run --compare-records DIR` across versions: every cell's numbers against the
 other environment's record, classed bit-identical / within tolerance / diverged, in report.json,
-report.md and on the terminal, while the golden alone decides the verdict. Two real cpu1 launches."""
+report.md and on the terminal, while the golden alone decides the verdict. Two real cpu1 launches;
+the CLI runs in this process (harness.cli.main.main), which changes nothing it is asked to show."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from harness.spec.cell import Cell
 from harness.spec.matrix import load_matrix
 from harness.truth.outcome import Status
 from harness.truth.record import Record
-from tests.harness.runner_helpers import cells_by_id, report, run_harness
+from tests.harness.runner_helpers import cells_by_id, report, run_harness_in_process
 
 # Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
 pytestmark = pytest.mark.goldens
@@ -37,8 +38,8 @@ def test_numbers_moved_inside_the_tolerance_are_reported_and_the_cell_still_pass
     (other / "report.json").write_text(json.dumps({"environment": {"name": "older_torch", "torch": "2.12.0"},
                                                    "cells": []}))
     report_dir = tmp_path / "r"
-    done = run_harness("run", "-k", CELL,
-                       "--report-dir", str(report_dir), "--compare-records", str(other))
+    done = run_harness_in_process("run", "-k", CELL,
+                                  "--report-dir", str(report_dir), "--compare-records", str(other))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     cell = cells_by_id(report_dir)[CELL]
     assert cell["status"] == "passed"

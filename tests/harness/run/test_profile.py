@@ -1,22 +1,51 @@
-"""`--profile`: where a run's time went, from what the launch and its cells measured."""
+"""`--profile`: where a run's time went, from what the launch and its cells measured.
+
+One run serves both tests: `python -m harness run --profile` (in this process: harness.cli.main.main;
+its launch a real torchrun) of two cpu1 cells, which share one launch. Its report dir holds what
+the runner measured (startup.json, each cell's result); its stdout is what the CLI printed."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
+import pytest
+
 from harness.run.profile import CELL_PHASES, profile_lines
-from harness.run.runner import RunOptions, run_cells
 from harness.run.startup import read_startup
-from harness.spec.cell import Cell
-from harness.truth.outcome import Status
-from tests.harness.runner_helpers import run_harness, write_matrix
+from harness.truth.outcome import CellResult, Status
+from tests.harness.runner_helpers import (
+    SMALL_MATRIX,
+    output_tail,
+    report,
+    run_harness_in_process,
+    write_matrix,
+)
+
+# The small matrix in fp32 and bf16: `-k cpu1` selects regression-cpu1-single-fp32 and -bf16.
+TWO_PRECISIONS = SMALL_MATRIX.replace('precision = ["fp32"]', 'precision = ["fp32", "bf16"]')
 
 
-def test_a_run_records_its_start_up_every_cell_phase_and_its_judging(tmp_path: Path) -> None:
-    cells = [Cell.from_id("regression-cpu1-single-fp32"), Cell.from_id("regression-cpu1-single-bf16")]
-    results = run_cells(cells, RunOptions(tmp_path, timeout_s=120))
-    assert [r.status for r in results] == [Status.PASSED, Status.PASSED]
-    startup = read_startup(tmp_path)
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """`run --profile` of regression-cpu1-single-fp32 and -bf16: its report dir and its output."""
+    folder = tmp_path_factory.mktemp("profile")
+    report_dir = folder / "r"
+    done = run_harness_in_process("run", "--matrix", str(write_matrix(folder, TWO_PRECISIONS)), "-k", "cpu1",
+                                  "--profile", "--report-dir", str(report_dir))
+    return report_dir, done
+
+
+def test_a_run_records_its_start_up_every_cell_phase_and_its_judging(
+    profiled: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    report_dir, done = profiled
+    assert (report_dir / "report.json").is_file(), output_tail(done)
+    results = [CellResult.from_json(cell) for cell in report(report_dir)["cells"]]
+    assert sorted(r.id for r in results) == ["regression-cpu1-single-bf16", "regression-cpu1-single-fp32"], (
+        output_tail(done))
+    assert [r.status for r in results] == [Status.PASSED, Status.PASSED], output_tail(done)
+    startup = read_startup(report_dir)
     assert startup is not None
     profile = startup["profile"]
     assert isinstance(profile, dict) and profile["launches"] == 1 and profile["cells"] == 2
@@ -30,8 +59,9 @@ def test_a_run_records_its_start_up_every_cell_phase_and_its_judging(tmp_path: P
     assert lines[0].startswith("where the time went:") and any("cell training" in line for line in lines)
 
 
-def test_the_cli_prints_the_profile_when_asked(tmp_path: Path) -> None:
-    done = run_harness("run", "--matrix", str(write_matrix(tmp_path)), "-k", "cpu1", "--profile",
-                       "--report-dir", str(tmp_path / "r"))
+def test_the_cli_prints_the_profile_when_asked(
+    profiled: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    _, done = profiled
     assert done.returncode == 0, done.stderr[-2000:]
     assert "where the time went:" in done.stdout and "launch start-up" in done.stdout

@@ -2,20 +2,24 @@
 run through the launcher on one process and under DDP, recorded by its own Accelerator, and
 judged against its reference cell: it passes with a per-process batch that keeps the global
 batch (`{8/processes}`), and fails, naming what moved, with one that does not (the classic
-bug of a script ported to N processes without dividing its batch). Four launches in all."""
+bug of a script ported to N processes without dividing its batch). Four launches in all.
+
+`python -m harness script` runs in this process (tests/harness/runner_helpers.py,
+run_harness_in_process: its exit code and output captured, what it changes put back): the
+launches it makes (`accelerate-core launch` per cell) are the real ones, and a child process for
+the harness itself would only add a torch import.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.harness.runner_helpers import REPO_ROOT
+from tests.harness.runner_helpers import REPO_ROOT, run_harness_in_process
 
 EXAMPLE = REPO_ROOT / "examples" / "train.py"
 SELECTION = "fp32 and (cpu1 or ddp) and not cuda"
@@ -25,11 +29,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.ddp]
 
 def _script(tmp_path: Path, name: str, batch: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     report = tmp_path / name
-    env = {**os.environ, "CI": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "harness", "script", "-k", SELECTION, "--report-dir", str(report),
-         str(EXAMPLE), "--out", "{cell_dir}/model.pt", "--batch-size", batch],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    done = run_harness_in_process(
+        "script", "-k", SELECTION, "--report-dir", str(report),
+        str(EXAMPLE), "--out", "{cell_dir}/model.pt", "--batch-size", batch, timeout=600)
     cells = {}
     if (report / "report.json").exists():
         cells = {c["id"]: c for c in json.loads((report / "report.json").read_text())["cells"]}

@@ -1,5 +1,6 @@
 """`python -m harness run --shard K/N` around the split: a shard with nothing to run, and
-resuming a shard's report dir only as that shard."""
+resuming a shard's report dir only as that shard. The CLI runs in this process
+(harness.cli.main.main); the empty shard starts no launch."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ import pytest
 
 from harness.cli.shard import check_resumed_shard
 from harness.errors import UsageError
-from tests.harness.runner_helpers import SMALL_MATRIX, report, run_harness, write_matrix
+from tests.harness.runner_helpers import SMALL_MATRIX, report, run_harness_in_process, write_matrix
 
 
 def test_a_shard_with_no_cell_writes_an_empty_report_for_the_merge(tmp_path: Path) -> None:
     """More shards than the selection fills (here each of the two cells' launches stays whole,
     in shards 1 and 2): the others still leave a report, so the merge finds every shard."""
     matrix = write_matrix(tmp_path, SMALL_MATRIX)
-    done = run_harness("run", "--matrix", str(matrix), "-k", "cpu1 or cpu2", "--shard", "3/3",
-                       "--report-dir", str(tmp_path / "shard-3"))
+    done = run_harness_in_process("run", "--matrix", str(matrix), "-k", "cpu1 or cpu2", "--shard", "3/3",
+                                  "--report-dir", str(tmp_path / "shard-3"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "shard 3/3: 0 of 2 selected cell(s)" in done.stdout
     data = report(tmp_path / "shard-3")

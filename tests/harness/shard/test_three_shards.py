@@ -1,6 +1,10 @@
 """One environment on many machines, shown on this one: three shards of a small matrix run as
 three concurrent processes, each into its own report dir, and `report merge` joins them into what
-the unsharded run reports: the same cells in the same order, statuses, comparisons and records."""
+the unsharded run reports: the same cells in the same order, statuses, comparisons and records.
+
+The shards are real `python -m harness` processes, run side by side; the unsharded run, meanwhile,
+is the same command in this process (harness.cli.main.main: no fourth interpreter importing
+torch), its launch a real torchrun like theirs."""
 
 from __future__ import annotations
 
@@ -16,7 +20,15 @@ import pytest
 
 from harness.cli.main import main
 from harness.shard.identity import git_commit
-from tests.harness.runner_helpers import REPO_ROOT, assert_no_leftovers, harness_cmd, report, write_matrix
+from tests.harness.runner_helpers import (
+    REPO_ROOT,
+    assert_no_leftovers,
+    harness_cmd,
+    output_tail,
+    report,
+    run_harness_in_process,
+    write_matrix,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.goldens]
 
@@ -76,8 +88,15 @@ def test_three_concurrent_shards_merge_into_the_unsharded_run(tmp_path: Path) ->
     began = time.monotonic()
     runs = [start("run", "--matrix", matrix, "--shard", f"{k}/3", "--shard-costs", costs,
                   "--report-dir", str(shard)) for k, shard in enumerate(shards, start=1)]
-    runs.append(start("run", "--matrix", matrix, "--report-dir", str(tmp_path / "whole")))
-    printed = [finish(run) for run in runs]
+    try:
+        whole = run_harness_in_process("run", "--matrix", matrix, "--report-dir", str(tmp_path / "whole"))
+        printed = [finish(run) for run in runs]
+    finally:
+        for run in runs:  # a failure above leaves no shard running
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    assert whole.returncode == 0, output_tail(whole)
     print(f"3 shards and the unsharded run, side by side: {time.monotonic() - began:.1f} s")
 
     blocks = [report(shard)["environment"]["shard"] for shard in shards]
@@ -92,9 +111,9 @@ def test_three_concurrent_shards_merge_into_the_unsharded_run(tmp_path: Path) ->
 
     assert main(["report", "merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 0
     assert main(["report", "merge", str(tmp_path / "whole"), "--out", str(tmp_path / "merged-whole")]) == 0
-    merged, whole = report(tmp_path / "merged"), report(tmp_path / "merged-whole")
-    assert [outcome(c) for c in merged["cells"]] == [outcome(c) for c in whole["cells"]]
-    assert [c["id"] for c in merged["cells"]] == IDS and merged["summary"] == whole["summary"]
+    merged, unsharded = report(tmp_path / "merged"), report(tmp_path / "merged-whole")
+    assert [outcome(c) for c in merged["cells"]] == [outcome(c) for c in unsharded["cells"]]
+    assert [c["id"] for c in merged["cells"]] == IDS and merged["summary"] == unsharded["summary"]
     assert merged["summary"]["passed"] == 3 and merged["ok"] is True
     for cell_id, block in ((c, b) for b in blocks for c in b["cells"]):
         shard = shards[block["index"] - 1]

@@ -1,9 +1,20 @@
-"""Goldens: checked in, verified on load, reproducible bit for bit, and loud when broken."""
+"""Goldens: checked in, verified on load, reproducible bit for bit, and loud when broken.
+
+Regenerating goldens starts a child process in the deterministic mode (harness.truth.
+golden_generation), about as costly as a launch. So every checked-in golden is regenerated ONCE
+for the module (`regenerated`, one real child: the plain-PyTorch reference), and the tests whose
+check_goldens/update_goldens calls only need goldens made here read that regeneration
+(`shared_generation`) instead of starting a child each. Two more children are real on purpose:
+lm with the ISA capped (compared with the shared, uncapped regeneration), and a second
+regeneration of regression that must find what the first wrote bit for bit.
+"""
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -11,7 +22,14 @@ import pytest
 from harness.spec.cell import PRECISIONS
 from harness.tasks import get_task, task_names
 from harness.truth import golden as golden_module
-from harness.truth.golden import GOLDEN_DIR, GoldenError, check_goldens, load_golden, update_goldens
+from harness.truth.golden import (
+    GOLDEN_DIR,
+    GoldenError,
+    check_goldens,
+    load_golden,
+    owned_golden_pairs,
+    update_goldens,
+)
 from harness.truth.golden_check import Reproduction, judge_regeneration
 from harness.truth.golden_generation import generate
 from harness.truth.record import Record
@@ -24,6 +42,41 @@ OWN_GOLDENS = ("regression", "classifier", "lm", "scalar", "root_param", "sgd_ac
                "batchnorm", "dropout")
 
 
+Pair = tuple[str, str]
+
+
+@pytest.fixture(scope="module")
+def regenerated() -> dict[Pair, Record]:
+    """Every golden the harness's own tasks own, regenerated here in one deterministic child. A
+    failed generation raises here: every test that reads it errors with the child's output."""
+    return generate(owned_golden_pairs())
+
+
+class SharedGeneration:
+    """Stands in for `generate` inside harness.truth.golden: pairs the module already regenerated
+    come from that (real) regeneration, deep-copied since tests change and save them; anything
+    else (another mode, an extra environment, a pair not regenerated) is generated for real."""
+
+    def __init__(self, records: dict[Pair, Record]) -> None:
+        self.records = records
+
+    def __call__(self, pairs: Sequence[Pair], *, deterministic: bool = True,
+                 extra_environment: dict[str, str] | None = None,
+                 timeout_s: float = 600.0) -> dict[Pair, Record]:
+        if deterministic and not extra_environment and all(p in self.records for p in pairs):
+            return {pair: copy.deepcopy(self.records[pair]) for pair in pairs}
+        return generate(pairs, deterministic=deterministic, extra_environment=extra_environment,
+                        timeout_s=timeout_s)
+
+
+@pytest.fixture
+def shared_generation(regenerated: dict[Pair, Record], monkeypatch: pytest.MonkeyPatch) -> SharedGeneration:
+    """check_goldens / update_goldens in this test judge against the module's regeneration."""
+    shared = SharedGeneration(regenerated)
+    monkeypatch.setattr(golden_module, "generate", shared)
+    return shared
+
+
 @pytest.fixture
 def golden_copy(tmp_path: Path) -> Path:
     for name in ("classifier-fp32", "classifier-fp16"):
@@ -33,7 +86,7 @@ def golden_copy(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def golden_made_here(tmp_path: Path) -> Path:
+def golden_made_here(tmp_path: Path, shared_generation: SharedGeneration) -> Path:
     """classifier-fp32 as this machine makes it: a test that counts what moved must start from
     bits this machine reproduces, wherever the checked-in goldens were made (on an AMD EPYC the
     checked-in classifier goldens are "reproduced within", not bit-identical: docs/goldens.md)."""
@@ -54,7 +107,8 @@ def test_every_golden_loads_and_carries_its_metadata(name: str, precision: str) 
     assert {"python", "torch"} <= set(golden.fingerprint.versions)
 
 
-def test_regenerating_reproduces_every_checked_in_golden(record_property: pytest.RecordProperty) -> None:
+def test_regenerating_reproduces_every_checked_in_golden(
+        record_property: Callable[[str, object], None], shared_generation: SharedGeneration) -> None:
     # Bit-identical on any x86 CPU in the deterministic mode; "within" the measured regeneration
     # tolerance would also pass (a machine where that mode does not hold), "changed" never.
     checks = check_goldens()
@@ -65,13 +119,13 @@ def test_regenerating_reproduces_every_checked_in_golden(record_property: pytest
         [c.summary() for c in checks if not c.passed] + [d for c in checks for d in c.differences])
 
 
-def test_deterministic_mode_is_bit_identical_with_the_isa_capped() -> None:
+def test_deterministic_mode_is_bit_identical_with_the_isa_capped(regenerated: dict[Pair, Record]) -> None:
     # This machine made to look older (oneDNN and MKL capped at AVX2) must make the same bits as
-    # this machine uncapped: both are made here, so the test holds whatever CPU made the
-    # checked-in goldens. lm is the most sensitive task.
+    # this machine uncapped (the module's regeneration, another child): both are made here, so
+    # the test holds whatever CPU made the checked-in goldens. lm is the most sensitive task.
     older = {"DNNL_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
     pairs = [("lm", "fp32"), ("lm", "bf16")]
-    capped, uncapped = generate(pairs, extra_environment=older), generate(pairs)
+    capped, uncapped = generate(pairs, extra_environment=older), regenerated
     for pair in pairs:
         assert capped[pair].tensor_bytes() == uncapped[pair].tensor_bytes(), pair
         assert capped[pair].meta["golden"]["made_on"]["environment"]["DNNL_MAX_CPU_ISA"] == "AVX2"
@@ -141,7 +195,8 @@ def test_golden_of_another_task_definition(golden_copy: Path) -> None:
         load_golden("classifier", "fp16", golden_dir=golden_copy)
 
 
-def test_update_writes_new_goldens_then_keeps_them(tmp_path: Path) -> None:
+def test_update_writes_new_goldens_then_keeps_them(
+        tmp_path: Path, shared_generation: SharedGeneration, monkeypatch: pytest.MonkeyPatch) -> None:
     first = update_goldens(tasks=["regression"], precisions=["fp32", "fp16"], golden_dir=tmp_path)
     assert [c.summary() for c in first] == [
         f"regression-{p}: new (no golden file yet) -> rewritten" for p in ("fp32", "fp16")]
@@ -152,11 +207,14 @@ def test_update_writes_new_goldens_then_keeps_them(tmp_path: Path) -> None:
         check = judge_regeneration(GOLDEN_DIR / f"regression-{precision}", written,
                                    regeneration_tolerance(precision))
         assert check.passed, [check.summary(), *check.differences]
+    # A regeneration of its own (a fresh child), not the module's: it must find, bit for bit,
+    # what the first update wrote, and so rewrite nothing.
+    monkeypatch.setattr(golden_module, "generate", generate)
     again = update_goldens(tasks=["regression"], precisions=["fp32", "fp16"], golden_dir=tmp_path)
     assert [(c.reproduction, c.rewritten) for c in again] == [(Reproduction.BIT_IDENTICAL, False)] * 2
 
 
-def test_check_names_what_changed(golden_made_here: Path) -> None:
+def test_check_names_what_changed(golden_made_here: Path, shared_generation: SharedGeneration) -> None:
     stem = golden_made_here / "classifier-fp32"
     record = Record.load(stem)
     record.state_dict["body.weight"][1, 2] += 0.5
@@ -169,7 +227,8 @@ def test_check_names_what_changed(golden_made_here: Path) -> None:
     assert check.summary().startswith("classifier-fp32: changed (made on ")
 
 
-def test_a_golden_moved_within_the_regeneration_tolerance_is_reproduced(golden_made_here: Path) -> None:
+def test_a_golden_moved_within_the_regeneration_tolerance_is_reproduced(
+        golden_made_here: Path, shared_generation: SharedGeneration) -> None:
     # What another CPU's kernels would do: the last bits of one weight move (well inside the
     # measured fp32 regeneration tolerance of 1.5e-6), and the verdict says so, with both machines.
     stem = golden_made_here / "classifier-fp32"
