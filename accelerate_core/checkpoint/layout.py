@@ -6,6 +6,7 @@ CheckpointError naming the file and what is wrong with it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ from accelerate_core.checkpointing import atomic_write_bytes
 from accelerate_core.errors import AccelerateCoreError, explain
 
 FORMAT_NAME = "accelerate_core.checkpoint"
-FORMAT_VERSION = 1
+# 2: the manifest carries each file's sha256 besides its size (1: sizes only; still read).
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 PRECISION = "precision.json"
 PROGRESS = "progress.json"
@@ -64,6 +66,15 @@ def checkpoint_error(directory: Path, why: str, fix: str) -> CheckpointError:
             fix,
         )
     )
+
+
+def sha256_of(path: Path) -> str:
+    """The file's sha256, read in blocks (a checkpoint's model file may be large)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_json(path: Path, value: Any) -> None:

@@ -81,6 +81,12 @@ class CheckpointReader:
                 problems.append(
                     f"{name} has {file.stat().st_size} bytes, the manifest says {info.get('bytes')}"
                 )
+            elif version >= 2 and info.get("sha256") != layout.sha256_of(file):
+                problems.append(
+                    f"{name} has the size the manifest says but not its sha256 (the file was "
+                    f"changed after save_state wrote it: sha256 {layout.sha256_of(file)[:16]}..., the "
+                    f"manifest says {str(info.get('sha256'))[:16]}...)"
+                )
         if problems:
             raise checkpoint_error(
                 d,

@@ -91,7 +91,7 @@ class CheckpointWriter:
         names = list(self._written)
         for rank in range(self.world_size):
             names += [layout.rng_json_file(rank), layout.rng_tensors_file(rank)]
-        files: dict[str, dict[str, int]] = {}
+        files: dict[str, dict[str, int | str]] = {}
         for name in names:
             path = self.directory / name
             if not path.is_file():  # a rank that did not write (another filesystem?)
@@ -103,7 +103,9 @@ class CheckpointWriter:
                         "save to a directory visible to all ranks",
                     )
                 )
-            files[name] = {"bytes": path.stat().st_size}
+            # The hash, not only the size: a file overwritten in place with other bytes of the
+            # same length (a weight set to inf) must not load silently.
+            files[name] = {"bytes": path.stat().st_size, "sha256": layout.sha256_of(path)}
         manifest = {
             "format": layout.FORMAT_NAME,
             "format_version": layout.FORMAT_VERSION,

@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
         "every cell's numbers are classed bit-identical / within tolerance / diverged against it",
     )
     run.add_argument("--no-emulation", action="store_true", help="skip fp16 DeepSpeed CPU cells")
+    run.add_argument("--allow-empty", action="store_true",
+                     help="exit 0 even when every selected cell was skipped (default: exit 5, with "
+                     "the skip reasons: a run that judged nothing is not a pass)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     run.add_argument("--profile", action="store_true",
                      help="print where the run's time went: start-up, each cell phase, judging, "

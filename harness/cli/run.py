@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from accelerate_core.imports import is_deepspeed_available
+from harness.cli.empty_run import EXIT_NOTHING_RAN, nothing_ran, nothing_ran_message
 from harness.errors import UsageError, explain
 from harness.spec.cell import Cell
 from harness.spec.matrix import Matrix, load_matrix
@@ -281,4 +282,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return signals.INTERRUPT_EXIT.get(interrupted, 130)
-    return 1 if any(r.status.is_unexpected_failure for r in results) else 0
+    if any(r.status.is_unexpected_failure for r in results):
+        return 1
+    if nothing_ran(results) and not args.allow_empty:
+        print(nothing_ran_message(results, env_name), file=sys.stderr)
+        return EXIT_NOTHING_RAN
+    return 0

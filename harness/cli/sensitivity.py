@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_sensitivity(args: argparse.Namespace) -> int:
     from harness.sensitivity.catalog import CATALOG, FAST, by_name
-    from harness.sensitivity.trial import try_bug
+    from harness.sensitivity.trial import control_run, try_bug
 
     if args.list:
         for bug in CATALOG:
@@ -40,9 +40,11 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
         print(f"error: {exc.args[0]}")
         return EXIT_USAGE
     start = time.monotonic()
+    control = control_run(bugs, timeout_s=args.timeout, keep=args.keep_reports)
+    print(control.line(), flush=True)
     trials = []
     for index, bug in enumerate(bugs, 1):
-        trial = try_bug(bug, timeout_s=args.timeout, keep=args.keep_reports)
+        trial = try_bug(bug, timeout_s=args.timeout, control=control, keep=args.keep_reports)
         trials.append(trial)
         print(f"[{index}/{len(bugs)}] {trial.verdict.upper():<13} {bug.name} ({trial.seconds:.0f} s, "
               f"-k {bug.select}): {trial.detail}", flush=True)
@@ -60,6 +62,6 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
         print(f"  CATALOG ERROR {trial.detail}")
     if args.json is not None:
         summary = {"size": len(bugs), "caught": len(caught), "wall_s": round(wall, 1),
-                   "trials": [t.to_json() for t in trials]}
+                   "control": control.statuses, "trials": [t.to_json() for t in trials]}
         args.json.write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return EXIT_OK if len(caught) == len(bugs) else EXIT_FAILED

@@ -66,21 +66,50 @@ def _modules(model: nn.Module) -> Iterator[nn.Module]:
     return inner.modules()
 
 
-def what_ran(accelerator: Accelerator) -> dict[str, Any]:
+def what_ran(accelerator: Accelerator, model: nn.Module) -> dict[str, Any]:
+    """What ran, read from the objects that ran: the backend from the prepared model's wrapper (or
+    the engine's own ZeRO stage), the world size from the process group, the device from where the
+    parameters are. The strategy object is recorded beside it, so that a core whose strategy says
+    one thing while the model runs another is seen as that."""
     strategy = accelerator.strategy
+    engine = getattr(strategy, "engine", None)  # only the DeepSpeed strategy has one
     evidence: dict[str, Any] = {
         "strategy_class": type(strategy).__name__,
-        "strategy": strategy.registered_name,
-        "world_size": accelerator.num_processes,
-        "device": accelerator.device.type,
+        "strategy": _backend_that_ran(model, engine),
+        "model_class": type(model).__name__,
+        "world_size": _process_group_size(),
+        "device": _parameter_device(model),
         "emulated": strategy.emulated,
         # Which copy of the core ran (`python -m harness sensitivity` runs patched copies).
         "core_path": str(Path(accelerate_core.__file__).resolve().parent),
     }
-    engine = getattr(strategy, "engine", None)  # only the DeepSpeed strategy has one
     if engine is not None:
         evidence["deepspeed"] = _deepspeed_evidence(engine)
     return evidence
+
+
+def _backend_that_ran(model: nn.Module, engine: Any) -> str:
+    """zero1-3 from the engine's own ZeRO stage, ddp when the model is wrapped in
+    DistributedDataParallel, single otherwise."""
+    if engine is not None:
+        return f"zero{int(engine.zero_optimization_stage())}"
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        return "ddp"
+    return "single"
+
+
+def _process_group_size() -> int:
+    """The default process group's size; 1 when no group exists (one process needs none)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _parameter_device(model: nn.Module) -> str:
+    """The device type the parameters live on ("none" for a model without parameters); several
+    types joined by "+" (a model split across devices is not what any cell asks for)."""
+    types = sorted({param.device.type for param in model.parameters()})
+    return "+".join(types) or "none"
 
 
 def _deepspeed_evidence(engine: Any) -> dict[str, Any]:

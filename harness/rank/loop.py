@@ -131,7 +131,7 @@ def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan,
                 break
 
     timer.lap("training")
-    evidence = {**what_ran(accelerator), **seen}  # before teardown: the engine is still there
+    evidence = {**what_ran(accelerator, model), **seen}  # before teardown: the engine is still there
     evidence["random_draws"] = draws.evidence()
     # Collectives called inside backward and optimizer.step (the loss logging's are not counted).
     evidence["collectives"] = dict(sorted(counter.counts.items()))

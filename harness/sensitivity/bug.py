@@ -49,13 +49,20 @@ def core_source() -> Path:
     return Path(spec.origin).resolve().parent
 
 
-def patched_copy(bug: Bug, workdir: Path) -> Path:
-    """Copy the core into `workdir/accelerate_core`, apply `bug`, return `workdir` (the directory
-    to put first on the path of the launched cells)."""
+def core_copy(workdir: Path) -> Path:
+    """Copy the core, unpatched, into `workdir/accelerate_core`; return `workdir` (the control
+    run's core: the same copying and the same path order as a patched trial, no patch)."""
     target = workdir / "accelerate_core"
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(core_source(), target, ignore=shutil.ignore_patterns("__pycache__"))
+    return workdir
+
+
+def patched_copy(bug: Bug, workdir: Path) -> Path:
+    """Copy the core into `workdir/accelerate_core`, apply `bug`, return `workdir` (the directory
+    to put first on the path of the launched cells)."""
+    target = core_copy(workdir) / "accelerate_core"
     source = target / bug.file
     if not source.is_file():
         raise CatalogError(f"{bug.name}: accelerate_core/{bug.file} does not exist (moved or renamed?)")

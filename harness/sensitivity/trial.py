@@ -2,8 +2,12 @@
 `python -m harness run` (a child process whose working directory holds the copy, so the copy
 comes first on every rank's path), and read the verdict from the report.
 
-Caught: at least one selected cell failed on its numbers or its evidence (a judged record).
-Missed: every cell that ran passed; the closest comparison (the highest share
+A control comes first (`control_run`): the same cells, run the same way on an unpatched copy
+of the core. Only a cell that passed in the control can catch a bug: a cell that fails without
+any patch proves nothing about the patch.
+
+Caught: at least one selected cell that passed in the control failed on its numbers or its
+evidence (a judged record). Missed: every cell that ran passed; the closest comparison (the highest share
 of its tolerance) is kept to show how far the bug was from being seen. A catalog error: the patch
 did not apply, the selection ran no cell here, a cell's evidence shows it ran another copy of
 the core, or the patched core raised, crashed or hung instead of running silently wrong; it is
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.sensitivity.bug import Bug, CatalogError, patched_copy
+from harness.sensitivity.bug import Bug, CatalogError, core_copy, patched_copy
 
 Verdict = Literal["caught", "missed", "catalog_error"]
 UNEXPECTED = {"failed", "error", "crashed", "timeout", "xpassed"}
@@ -46,21 +50,51 @@ class Trial:
                 "seconds": round(self.seconds, 1), "detail": self.detail, "cells": self.cells}
 
 
-def try_bug(bug: Bug, *, timeout_s: float, keep: Path | None = None) -> Trial:
+@dataclass
+class Control:
+    """The unpatched core on the union of the entries' cells: cell id -> status."""
+
+    statuses: dict[str, str]
+    seconds: float
+
+    @property
+    def passed(self) -> set[str]:
+        return {cell for cell, status in self.statuses.items() if status == "passed"}
+
+    def line(self) -> str:
+        counts: dict[str, int] = {}
+        for status in self.statuses.values():
+            counts[status] = counts.get(status, 0) + 1
+        summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        return f"control (unpatched core): {len(self.statuses)} cell(s): {summary} ({self.seconds:.0f} s)"
+
+
+def control_run(bugs: list[Bug], *, timeout_s: float, keep: Path | None = None) -> Control:
+    """Every cell the entries select, on an unpatched copy of the core, as a trial runs them."""
+    start = time.monotonic()
+    selection = " or ".join(f"({bug.select})" for bug in bugs)
+    with tempfile.TemporaryDirectory(prefix="sensitivity-control-") as tmp:
+        workdir = core_copy(Path(tmp))
+        report = _run_cells("control", selection, workdir, timeout_s, keep)
+    statuses = {c["id"]: c["status"] for c in report.get("cells", []) if c.get("status") != "skipped"}
+    return Control(statuses, time.monotonic() - start)
+
+
+def try_bug(bug: Bug, *, timeout_s: float, control: Control, keep: Path | None = None) -> Trial:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"sensitivity-{bug.name}-") as tmp:
         workdir = Path(tmp)
         try:
             patched_copy(bug, workdir)
-            report = _run_cells(bug, workdir, timeout_s, keep)
-            verdict, detail, cells = _verdict(bug, report, workdir)
+            report = _run_cells(bug.name, bug.select, workdir, timeout_s, keep)
+            verdict, detail, cells = _verdict(bug, report, workdir, control)
         except CatalogError as exc:
             return Trial(bug, "catalog_error", time.monotonic() - start, str(exc))
     return Trial(bug, verdict, time.monotonic() - start, detail, cells)
 
 
-def _run_cells(bug: Bug, workdir: Path, timeout_s: float, keep: Path | None) -> dict[str, Any]:
-    report_dir = (keep / bug.name) if keep is not None else workdir / "report"
+def _run_cells(name: str, select: str, workdir: Path, timeout_s: float, keep: Path | None) -> dict[str, Any]:
+    report_dir = (keep / name) if keep is not None else workdir / "report"
     env = dict(os.environ)
     # The copy first: the working directory is first on the path of `python -m` and `-c`
     # processes (the runner's launcher and every rank), PYTHONPATH for anything else.
@@ -68,23 +102,28 @@ def _run_cells(bug: Bug, workdir: Path, timeout_s: float, keep: Path | None) -> 
     # --isolate: one launch per cell, and no confirming rerun of a failure in a second launch
     # (the catalog asks whether a bug is seen at all; a flaky catch would show as a miss on the
     # next run of the catalog, which CI repeats on every push).
-    command = [sys.executable, "-m", "harness", "run", "-k", bug.select, "--report-dir", str(report_dir),
+    command = [sys.executable, "-m", "harness", "run", "-k", select, "--report-dir", str(report_dir),
                "--overwrite", "-q", "--isolate", "--timeout", str(timeout_s)]
     done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, check=False)
     report = report_dir / "report.json"
     if not report.is_file():
         tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-        raise CatalogError(f"{bug.name}: `harness run -k {bug.select!r}` wrote no report (exit "
+        raise CatalogError(f"{name}: `harness run -k {select!r}` wrote no report (exit "
                            f"{done.returncode}): {' | '.join(tail)}")
     loaded: dict[str, Any] = json.loads(report.read_text(encoding="utf-8"))
     return loaded
 
 
-def _verdict(bug: Bug, report: dict[str, Any], workdir: Path) -> tuple[Verdict, str, dict[str, str]]:
+def _verdict(bug: Bug, report: dict[str, Any], workdir: Path,
+             control: Control) -> tuple[Verdict, str, dict[str, str]]:
     ran = [c for c in report.get("cells", []) if c.get("status") != "skipped"]
     cells = {c["id"]: c["status"] for c in ran}
     if not ran:
         raise CatalogError(f"{bug.name}: -k {bug.select!r} ran no cell here (all skipped or none selected)")
+    unproven = sorted(c["id"] for c in ran if c["id"] not in control.passed)
+    if unproven:  # such a cell fails (or was never run) without the patch: it can prove nothing
+        raise CatalogError(f"{bug.name}: cell(s) {', '.join(unproven)} did not pass in the control run "
+                           f"(unpatched: {', '.join(control.statuses.get(c, 'not run') for c in unproven)})")
     copy = str((workdir / "accelerate_core").resolve())
     for cell in ran:
         core = ((cell.get("extra") or {}).get("evidence") or {}).get("core_path")

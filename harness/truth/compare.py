@@ -14,11 +14,15 @@ import torch
 from harness.spec.cell import Cell
 from harness.spec.tolerances import EXACT, LR_TOLERANCE, Tolerance
 from harness.truth.outcome import Comparison
+from harness.truth.output_dtype import MODEL_OUTPUTS
 from harness.truth.record import Record
 
 
-def compare_record(record: Record, golden: Record, tolerance: Tolerance) -> list[Comparison]:
-    """Every quantity the golden has (and anything the record has that it lacks)."""
+def compare_record(record: Record, golden: Record, tolerance: Tolerance,
+                   output_dtype: torch.dtype | None = None) -> list[Comparison]:
+    """Every quantity the golden has (and anything the record has that it lacks). Each tensor must
+    have the golden's dtype, except the floating eval outputs when `output_dtype` says which dtype
+    the backend's precision semantics give the model's outputs (harness.truth.output_dtype)."""
     out = [
         _values("losses", torch.tensor(record.losses), torch.tensor(golden.losses),
                 tolerance.for_quantity("losses"), "step"),
@@ -40,7 +44,12 @@ def compare_record(record: Record, golden: Record, tolerance: Tolerance) -> list
             elif key not in theirs:
                 out.append(_absent(name, tolerance, "in the record but not in the golden"))
             else:
-                out.append(_values(name, mine[key], theirs[key], tolerance.for_quantity(prefix), "index"))
+                wanted = theirs[key].dtype
+                if (prefix == "eval" and key in MODEL_OUTPUTS and output_dtype is not None
+                        and wanted.is_floating_point):
+                    wanted = output_dtype
+                out.append(_values(name, mine[key], theirs[key], tolerance.for_quantity(prefix), "index",
+                                   wanted))
     return out
 
 
@@ -65,10 +74,9 @@ def _skipped(record: Record, golden: Record) -> Comparison:
     )
 
 
-def _values(name: str, mine: torch.Tensor, theirs: torch.Tensor, tol: Tolerance, unit: str) -> Comparison:
+def _values(name: str, mine: torch.Tensor, theirs: torch.Tensor, tol: Tolerance, unit: str,
+            wanted_dtype: torch.dtype | None = None) -> Comparison:
     notes = []
-    if mine.dtype != theirs.dtype:
-        notes.append(f"dtype {mine.dtype} vs golden {theirs.dtype}")
     a, b = mine.detach().to(torch.float64), theirs.detach().to(torch.float64)
     if a.shape != b.shape:
         notes.append(f"shape {tuple(a.shape)} vs golden {tuple(b.shape)}")
@@ -77,7 +85,9 @@ def _values(name: str, mine: torch.Tensor, theirs: torch.Tensor, tol: Tolerance,
                           tolerance_used=math.inf, note="; ".join(notes))
     diff = (a - b).abs()
     allowed = tol.atol + tol.rtol * b.abs()
-    same_nonfinite = (a == b) | (a.isnan() & b.isnan())
+    # Equal infinities agree; NaN never does, not even with a NaN in the golden (a golden is made
+    # finite, so a NaN there is a broken golden, not a value to match).
+    same_nonfinite = (a == b) & ~torch.isfinite(b)
     bad = ~(diff <= allowed) & ~same_nonfinite
     finite = torch.isfinite(diff)
     diff = torch.where(same_nonfinite, torch.zeros_like(diff), torch.where(finite, diff, math.inf))
@@ -88,12 +98,29 @@ def _values(name: str, mine: torch.Tensor, theirs: torch.Tensor, tol: Tolerance,
         index = _where(int(nonfinite.flatten().nonzero()[0]), a.shape, unit)
         kind = "NaN" if a.flatten()[nonfinite.flatten()][0].isnan() else "Inf"
         notes.append(f"{kind} first at {index}")
+    if b.isnan().any():
+        at = _where(int(b.isnan().flatten().nonzero()[0]), b.shape, unit)
+        notes.append(f"the golden holds NaN (first at {at})")
     first = _where(int(bad.flatten().nonzero()[0]), a.shape, unit) if bad.any() else None
+    wanted = theirs.dtype if wanted_dtype is None else wanted_dtype
+    if mine.dtype != wanted:
+        # A backend that hands out a state dict or outputs in another dtype than the plain
+        # reference's (bf16 weights where the golden's are fp32) is a different result even when
+        # the values round to within tolerance: it fails, whatever the numbers.
+        whose = "the golden's is" if wanted == theirs.dtype else "the backend's precision gives"
+        notes.insert(0, f"dtype {_dtype(mine)} where {whose} {str(wanted).removeprefix('torch.')}")
+        return Comparison(quantity=name, ok=False, max_abs_diff=_max(diff), max_rel_diff=_max(rel),
+                          atol=tol.atol, rtol=tol.rtol, first_divergence="dtype",
+                          tolerance_used=math.inf, note="; ".join(notes))
     return Comparison(
         quantity=name, ok=not bool(bad.any()),
         max_abs_diff=_max(diff), max_rel_diff=_max(rel), atol=tol.atol, rtol=tol.rtol,
         first_divergence=first, tolerance_used=_max(used), note="; ".join(notes) or None,
     )
+
+
+def _dtype(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
 
 
 def _max(values: torch.Tensor) -> float:

@@ -40,6 +40,51 @@ def evidence_mismatch(cell: Cell, record: Record) -> str | None:
     return None
 
 
+def _missing(cell: Cell, record: Record, evidence: dict[str, Any], asked: str) -> str | None:
+    """Every field the cell's kind implies must be there: a record without one says nothing about
+    that piece of what ran, and nothing said is never taken for agreement."""
+    missing = [key for key in required_fields(cell, cell.task) if key not in evidence]
+    engine = evidence.get("deepspeed")
+    if cell.is_deepspeed and isinstance(engine, dict):
+        missing += [f"deepspeed.{key}" for key in DEEPSPEED_FIELDS if key not in engine]
+    if not missing:
+        return None
+    return (f"{asked}: the record has no evidence of {', '.join(missing)} "
+            "(evidence that is missing is a failure)")
+
+
+# Always: what ran, where, on how many processes; whether a training step drew random numbers.
+ALWAYS_REQUIRED = ("strategy", "strategy_class", "world_size", "device", "emulated", "random_draws")
+DEEPSPEED_FIELDS = ("zero_stage", "partitioned_parameters", "parameters", "in_force", "trainable_elements")
+
+
+def required_fields(cell: Cell, task_name: str) -> tuple[str, ...]:
+    fields = list(ALWAYS_REQUIRED)  # (an absent engine is _backend's: "the run had no DeepSpeed engine")
+    if cell.processes > 1:
+        fields += ["collectives", "collective_elements"]
+        if not cell.is_deepspeed:  # DDP's reducer is C++: judged by the ranks' gradients agreeing
+            fields.append("gradients_agreed")
+    if task_has_linear(task_name):  # where autocast and half-precision casts act
+        fields += ["activation_dtype", "activation_grad_dtype"]
+    return tuple(fields)
+
+
+def task_has_linear(task_name: str) -> bool:
+    """The task's model holds an nn.Linear (a task that cannot be built here: assumed to, so its
+    dtypes stay required)."""
+    from torch import nn
+
+    from harness.tasks import get_task
+    from harness.truth.global_rng import GLOBAL_RNG_LOCK
+
+    try:
+        with GLOBAL_RNG_LOCK:  # building a model seeds torch's global RNG: one thread at a time
+            model = get_task(task_name).build_model()
+    except Exception:
+        return True
+    return any(isinstance(module, nn.Linear) for module in model.modules())
+
+
 def _backend(cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) -> str | None:
     deepspeed = evidence.get("deepspeed")
     if cell.is_deepspeed and deepspeed is None:
@@ -130,4 +175,4 @@ def _loss_scaler(cell: Cell, record: Record, _evidence: dict[str, Any], asked: s
     return None
 
 
-CHECKS: tuple[Check, ...] = (_backend, _engine_settings, _gradient_reduction, _dtypes, _loss_scaler)
+CHECKS: tuple[Check, ...] = (_missing, _backend, _engine_settings, _gradient_reduction, _dtypes, _loss_scaler)

@@ -56,6 +56,7 @@ def judge_record(
     use (and, optionally, with another environment's record of the same cell)."""
     from harness.truth.compare import compare_record, diagnose
     from harness.truth.golden import load_golden
+    from harness.truth.output_dtype import expected_output_dtype
     from harness.truth.record import Record
 
     common: dict[str, Any] = {"duration_s": duration_s, "emulated": emulated, "environment": env_name}
@@ -65,7 +66,7 @@ def judge_record(
         tolerance = matrix.tolerance_for(cell.precision, cell.strategy)
     except Exception as exc:  # RecordError, GoldenError, a bad tolerance table: the cell is not judged
         return new_result(cell, Status.ERROR, f"{type(exc).__name__}: {exc}", **common)
-    comparisons = list(compare_record(record, golden, tolerance))
+    comparisons = list(compare_record(record, golden, tolerance, expected_output_dtype(cell)))
     evidence = record.meta.get("evidence")
     common["extra"] = {
         "losses": [float(x) for x in record.losses],

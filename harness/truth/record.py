@@ -24,7 +24,9 @@ from safetensors.torch import save as save_tensors
 from harness.atomic_files import write_bytes_atomic
 from harness.errors import RecordError, explain
 
-FORMAT_VERSION = 1
+# 2: the JSON carries `json_sha256`, the hash of every other field of it (1 hashed the tensors
+# only: a hand-edited `skipped_steps` went unnoticed).
+FORMAT_VERSION = 2
 _LOSSES, _LRS, _SCALES = "losses", "lrs", "loss_scales"
 _EVAL, _STATE = "eval/", "state_dict/"
 
@@ -109,6 +111,7 @@ class Record:
             "tensors_sha256": hashlib.sha256(tensor_bytes).hexdigest(),
             "meta": self.meta,
         }
+        body["json_sha256"] = json_sha256(body)
         return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
     # ------------------------------------------------------------------------- files
@@ -141,6 +144,11 @@ class Record:
             raise RecordError(explain(f"record {json_path}", f"format_version "
                                       f"{body.get('format_version')!r} is not this harness's",
                                       str(FORMAT_VERSION), fix))
+        if body.get("json_sha256") != json_sha256(body):
+            raise RecordError(explain(
+                f"record {json_path}", "its fields differ from those its json_sha256 was computed "
+                "from: the JSON was edited after it was written", "the JSON written by Record.save",
+                fix))
         if not tensor_path.exists():
             raise RecordError(explain(f"record tensors {tensor_path}", "the file does not exist",
                                       "the .safetensors file named by the JSON", fix))
@@ -160,6 +168,10 @@ class Record:
         if missing:
             raise RecordError(explain(f"record {source}", f"tensors {missing} are missing",
                                       "a file written by Record.save", "rerun to rewrite it"))
+        mistyped = _mistyped_fields(body)
+        if mistyped:
+            raise RecordError(explain(f"record {source}", f"its JSON mistypes {'; '.join(mistyped)}",
+                                      "JSON written by Record.save", "rerun to rewrite it"))
         try:
             return cls(
                 task=body["task"],
@@ -176,6 +188,43 @@ class Record:
         except (KeyError, TypeError) as exc:
             raise RecordError(explain(f"record {source}", f"its JSON lacks or mistypes {exc}",
                                       "JSON written by Record.save", "rerun to rewrite it")) from None
+
+
+def json_sha256(body: dict[str, Any]) -> str:
+    """The hash of a record JSON's every field but itself, in a canonical form (sorted keys, no
+    whitespace), so that re-indenting the file changes nothing and changing a value does."""
+    fields = {key: value for key, value in body.items() if key != "json_sha256"}
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# The JSON fields and the Python types they must hold (bool is an int to Python: refused where an
+# int is meant, so `true` is never read as step 1).
+_FIELD_TYPES: dict[str, type] = {"task": str, "precision": str, "skipped_steps": list, "meta": dict,
+                                 "fingerprint": dict}
+_FINGERPRINT_TYPES: dict[str, type] = {"versions": dict, "device": str, "world_size": int, "seed": int,
+                                       "precision": str, "strategy": str, "emulated": bool}
+
+
+def _mistyped_fields(body: dict[str, Any]) -> list[str]:
+    """Each field whose value is not of its type, as "name: expected T, found V"."""
+    found: list[str] = []
+
+    def check(name: str, value: Any, wanted: type) -> None:
+        if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
+            found.append(f"{name}: expected {wanted.__name__}, found {value!r:.60}")
+
+    for name, wanted in _FIELD_TYPES.items():
+        if name in body:
+            check(name, body[name], wanted)
+    steps = body.get("skipped_steps")
+    for index, step in enumerate(steps if isinstance(steps, list) else []):
+        check(f"skipped_steps[{index}]", step, int)
+    fingerprint = body.get("fingerprint")
+    for name, wanted in _FINGERPRINT_TYPES.items():
+        if isinstance(fingerprint, dict) and name in fingerprint:
+            check(f"fingerprint.{name}", fingerprint[name], wanted)
+    return found
 
 
 def _own(tensor: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ its data (this writer follows the document, not the core's code), not by the cor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import random
@@ -25,7 +26,7 @@ from harness.truth.record import Record
 from harness.truth.reference import ReferenceState, train_reference
 
 FORMAT = "accelerate_core.checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # docs/checkpoint-format.md: each file's size and sha256
 MIXED_PRECISION = {"fp32": "no", "fp16": "fp16", "bf16": "bf16"}
 
 
@@ -73,7 +74,8 @@ def write_checkpoint(directory: Path, task: Task, precision: str, state: Referen
         "versions": {"torch": torch.__version__, "deepspeed": None, "accelerate_core": None,
                      "safetensors": metadata.version("safetensors"), "python": platform.python_version()},
         "counts": {"models": 1, "optimizers": 1, "schedulers": 1, "dataloaders": 2, "ranks": 1},
-        "files": {name: {"bytes": len(data)} for name, data in files.items()},
+        "files": {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                  for name, data in files.items()},
     }
     write_text_atomic(directory / "manifest.json", json.dumps(manifest, indent=1))
 

@@ -253,7 +253,8 @@ def cells_by_id(report_dir: Path) -> dict[str, dict[str, Any]]:
 # What a real one-process CPU run records about itself (harness.rank.evidence); a golden copied
 # as a cell's record needs it, since the judge checks evidence before numbers.
 SINGLE_CPU_EVIDENCE = {"strategy": "single", "strategy_class": "SingleDeviceStrategy",
-                       "world_size": 1, "device": "cpu", "emulated": False}
+                       "world_size": 1, "device": "cpu", "emulated": False,
+                       "random_draws": {"steps": 16, "drawing": 0, "generators": ""}}
 
 
 def golden_as_record(golden_stem: Path, record_stem: Path) -> None:

@@ -168,3 +168,63 @@ def test_buffers_are_named_buffers_and_a_step0_divergence_with_one_names_per_ran
     assert "per-rank batch statistics" in moved
     unnamed = diagnose("batchnorm-cpu2-ddp-fp32", comparisons, record)
     assert "buffers" not in unnamed and "final weights `net.1.running_var` and 1 more" in unnamed
+
+
+def test_a_tensor_in_another_dtype_fails_even_when_its_values_agree(golden: Record) -> None:
+    # A backend handing out bf16 weights where the plain reference's are fp32: the values of an
+    # fp32 tensor that happens to be representable in bf16 agree exactly, and still it fails.
+    record, reference = copy.deepcopy(golden), copy.deepcopy(golden)
+    weight = reference.state_dict["head.weight"].to(torch.bfloat16).to(torch.float32)
+    reference.state_dict["head.weight"] = weight
+    record.state_dict["head.weight"] = weight.to(torch.bfloat16)
+    comparison = _by_name(compare_record(record, reference, FP32))["state_dict/head.weight"]
+    assert not comparison.ok and comparison.max_abs_diff == 0
+    assert comparison.first_divergence == "dtype"
+    assert comparison.note is not None
+    assert comparison.note.startswith("dtype bfloat16 where the golden's is float32")
+    sentence = diagnose("lm-cpu1-single-fp32", compare_record(record, reference, FP32), record)
+    assert "`head.weight`" in sentence and "dtype bfloat16" in sentence
+
+
+def test_nan_never_matches_not_even_a_nan_in_the_golden(golden: Record) -> None:
+    record, reference = copy.deepcopy(golden), copy.deepcopy(golden)
+    record.state_dict["head.weight"][0, 0] = math.nan
+    reference.state_dict["head.weight"][0, 0] = math.nan
+    comparison = _by_name(compare_record(record, reference, FP32))["state_dict/head.weight"]
+    assert not comparison.ok and comparison.first_divergence == "index (0, 0)"
+    assert comparison.note is not None and "the golden holds NaN (first at index (0, 0))" in comparison.note
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_a_nonfinite_value_where_the_golden_is_finite_fails(golden: Record, value: float) -> None:
+    record = copy.deepcopy(golden)
+    record.eval_outputs["logits"][2, 3, 4] = value
+    comparison = _by_name(compare_record(record, golden, FP32))["eval/logits"]
+    assert not comparison.ok and comparison.first_divergence == "index (2, 3, 4)"
+    assert comparison.note == ("NaN" if math.isnan(value) else "Inf") + " first at index (2, 3, 4)"
+
+
+def test_equal_infinities_agree(golden: Record) -> None:
+    record, reference = copy.deepcopy(golden), copy.deepcopy(golden)
+    record.losses[3] = reference.losses[3] = math.inf
+    assert _by_name(compare_record(record, reference, FP32))["losses"].ok
+
+
+def test_deepspeed_half_cells_demand_half_model_outputs_and_the_goldens_dtype_elsewhere(
+    golden: Record,
+) -> None:
+    from harness.spec.cell import Cell
+    from harness.truth.output_dtype import expected_output_dtype
+
+    assert expected_output_dtype(Cell.from_id("lm-cpu2-zero3-bf16")) == torch.bfloat16
+    assert expected_output_dtype(Cell.from_id("lm-cpu2-zero1-fp16")) == torch.float16
+    assert expected_output_dtype(Cell.from_id("lm-cpu2-ddp-bf16")) is None  # autocast: the golden's
+    assert expected_output_dtype(Cell.from_id("lm-cpu2-zero3-fp32")) is None
+    record = copy.deepcopy(golden)  # fp32 logits where DeepSpeed bf16 gives bf16: the engine ran fp32
+    logits = _by_name(compare_record(record, golden, FP32, torch.bfloat16))["eval/logits"]
+    assert not logits.ok and logits.note is not None
+    assert logits.note.startswith("dtype float32 where the backend's precision gives bfloat16")
+    record.eval_outputs["logits"] = record.eval_outputs["logits"].to(torch.bfloat16)
+    by_name = _by_name(compare_record(record, golden, FP32, torch.bfloat16))
+    assert by_name["eval/logits"].first_divergence != "dtype"  # judged on its values from here
+    assert by_name["eval/labels"].ok  # data, not the model's output: the golden's dtype (int64)

@@ -76,14 +76,6 @@ def test_a_record_without_evidence_is_not_trusted(tmp_path: Path, fp32_single: R
     assert status is Status.FAILED and "no evidence of what ran" in reason
 
 
-def test_zero3_that_partitioned_nothing_fails_on_evidence(fp32_single: Record) -> None:
-    record = copy.deepcopy(fp32_single)
-    record.meta["evidence"].update(strategy="zero3", world_size=2, strategy_class="DeepSpeedStrategy",
-                                   deepspeed={"zero_stage": 3, "parameters": 7, "partitioned_parameters": 0})
-    mismatch = evidence_mismatch(Cell("classifier", "cpu", 2, "zero3", "fp32"), record)
-    assert mismatch == "asked for zero3 fp32 on cpu2, no parameter was partitioned (7 kept whole)"
-
-
 # ---------------------------------------------------------------- gradients, engine settings, dtypes
 def _as_two_process(record: Record, strategy: str, **deepspeed: object) -> Record:
     """The single-process record's evidence restated as a 2-process run of `strategy` (what the
@@ -99,9 +91,15 @@ def _as_two_process(record: Record, strategy: str, **deepspeed: object) -> Recor
         evidence.update(strategy_class="DeepSpeedStrategy", collectives={"all_reduce": 24},
                         collective_elements={"all_reduce": 8 * 400},
                         deepspeed={"zero_stage": int(strategy[-1]), "parameters": 7,
-                                   "partitioned_parameters": 0,
+                                   "partitioned_parameters": 7 if strategy == "zero3" else 0,
                                    "trainable_elements": 400, "in_force": in_force, **deepspeed})
     return record
+
+
+def test_zero3_that_partitioned_nothing_fails_on_evidence(fp32_single: Record) -> None:
+    record = _as_two_process(fp32_single, "zero3", partitioned_parameters=0)
+    mismatch = evidence_mismatch(Cell("classifier", "cpu", 2, "zero3", "fp32"), record)
+    assert mismatch == "asked for zero3 fp32 on cpu2, no parameter was partitioned (7 kept whole)"
 
 
 def test_the_real_single_process_run_records_gradient_dtype_and_no_collectives(fp32_single: Record) -> None:
@@ -120,7 +118,8 @@ def test_ddp_whose_ranks_held_different_gradients_fails_on_evidence(fp32_single:
                                                "all-reduced: "
                                                "the ranks held different gradients at 8 of 8 optimizer steps")
     del record.meta["evidence"]["gradients_agreed"]
-    assert "does not say whether the ranks' gradients agreed" in str(evidence_mismatch(cell, record))
+    assert evidence_mismatch(cell, record) == ("asked for ddp fp32 on cpu2: the record has no evidence of "
+                                               "gradients_agreed (evidence that is missing is a failure)")
 
 
 def test_zero_whose_collectives_moved_no_gradient_fails_on_evidence(fp32_single: Record) -> None:
@@ -161,3 +160,39 @@ def test_a_gradient_of_another_dtype_fails_on_evidence(fp32_single: Record) -> N
     record.meta["evidence"].update(activation_dtype="bfloat16", activation_grad_dtype="float32")
     assert evidence_mismatch(Cell("classifier", "cpu", 1, "single", "bf16"), record) == (
         "asked for single bf16 on cpu1, the gradient flowing back into a Linear layer's output was float32")
+
+
+# ---------------------------------------------------------------- evidence that is missing
+# Each field the cell's kind implies, removed from a record that otherwise agrees: the cell fails
+# naming the field. The single-process fields come from the real run; the 2-process and ZeRO ones
+# from its evidence restated as those runs write it (_as_two_process).
+_FIELDS = [("single", field) for field in ("strategy", "strategy_class", "world_size", "device", "emulated",
+                                           "random_draws", "activation_dtype", "activation_grad_dtype")]
+_FIELDS += [("ddp", field) for field in ("collectives", "collective_elements", "gradients_agreed")]
+_FIELDS += [("zero3", field) for field in ("collectives", "collective_elements")]
+_DEEPSPEED = ("zero_stage", "partitioned_parameters", "parameters", "in_force", "trainable_elements")
+_FIELDS += [("zero3", f"deepspeed.{field}") for field in _DEEPSPEED]
+
+
+@pytest.mark.parametrize(("strategy", "field"), _FIELDS, ids=[f"{s}-{f}" for s, f in _FIELDS])
+def test_a_cell_whose_record_lacks_an_evidence_field_fails_naming_it(fp32_single: Record, strategy: str,
+                                                                     field: str) -> None:
+    processes = 1 if strategy == "single" else 2
+    record = copy.deepcopy(fp32_single) if processes == 1 else _as_two_process(fp32_single, strategy)
+    cell = Cell("classifier", "cpu", processes, strategy, "fp32")
+    assert evidence_mismatch(cell, record) is None
+    evidence = record.meta["evidence"]
+    *parents, key = field.split(".")
+    for parent in parents:
+        evidence = evidence[parent]
+    del evidence[key]
+    mismatch = str(evidence_mismatch(cell, record))
+    assert mismatch.startswith(f"asked for {strategy} fp32 on cpu{processes}"), mismatch
+    assert f"no evidence of {field}" in mismatch, mismatch
+
+
+def test_the_real_run_reads_what_ran_from_the_objects(fp32_single: Record) -> None:
+    evidence = fp32_single.meta["evidence"]
+    # The prepared model is the user's own module (no wrapper), on the CPU, with no process group.
+    assert evidence["model_class"] == "Classifier", evidence
+    assert (evidence["strategy"], evidence["device"], evidence["world_size"]) == ("single", "cpu", 1)

@@ -87,3 +87,60 @@ def test_garbled_json(tmp_path: Path) -> None:
     (tmp_path / "cell.json").write_text(json.dumps({"tensors_sha256": "x", "format_version": 99}))
     with pytest.raises(RecordError, match="format_version"):
         Record.load(tmp_path / "cell")
+
+
+def _edit_json(stem: Path, change: dict, rehash: bool) -> None:
+    """Change fields of a saved record's JSON; `rehash`: recompute json_sha256 as a tool that
+    knows the format would (then only the types stand between the edit and a silent read)."""
+    from harness.truth.record import json_sha256
+
+    path = stem.with_name(stem.name + ".json")
+    body = {**json.loads(path.read_text()), **change}
+    if rehash:
+        body["json_sha256"] = json_sha256(body)
+    path.write_text(json.dumps(body, indent=2, sort_keys=True))
+
+
+@pytest.mark.parametrize("change", [{"skipped_steps": [0, 1, 2]}, {"precision": "fp32"},
+                                    {"meta": {"note": "edited"}}])
+def test_an_edited_json_field_is_refused(tmp_path: Path, change: dict) -> None:
+    _record().save(tmp_path / "cell")
+    _edit_json(tmp_path / "cell", change, rehash=False)
+    with pytest.raises(RecordError, match="edited after it was written"):
+        Record.load(tmp_path / "cell")
+
+
+def test_reindenting_the_json_changes_nothing(tmp_path: Path) -> None:
+    _record().save(tmp_path / "cell")
+    path = tmp_path / "cell.json"
+    path.write_text(json.dumps(json.loads(path.read_text())))
+    assert Record.load(tmp_path / "cell").skipped_steps == [1]
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("skipped_steps", "abc", "skipped_steps: expected list, found 'abc'"),
+    ("skipped_steps", [1, True], "skipped_steps[1]: expected int, found True"),
+    ("fingerprint.world_size", "2", "fingerprint.world_size: expected int, found '2'"),
+])
+def test_a_mistyped_field_is_refused_even_with_a_matching_hash(tmp_path: Path, field: str, value: object,
+                                                               named: str) -> None:
+    record = _record()
+    record.save(tmp_path / "cell")
+    if field.startswith("fingerprint."):
+        from dataclasses import asdict
+
+        change = {"fingerprint": {**asdict(record.fingerprint), field.split(".")[1]: value}}
+    else:
+        change = {field: value}
+    _edit_json(tmp_path / "cell", change, rehash=True)
+    with pytest.raises(RecordError, match="mistypes") as info:
+        Record.load(tmp_path / "cell")
+    assert named in str(info.value)
+
+
+def test_a_version_1_record_is_refused_with_the_fix(tmp_path: Path) -> None:
+    _record().save(tmp_path / "cell")
+    _edit_json(tmp_path / "cell", {"format_version": 1}, rehash=True)
+    with pytest.raises(RecordError, match="format_version 1 is not this harness's") as info:
+        Record.load(tmp_path / "cell", fix="regenerate it")
+    assert "regenerate it" in str(info.value)
