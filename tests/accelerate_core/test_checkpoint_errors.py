@@ -7,6 +7,7 @@ pickles, that nothing in the directory was ever executed).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -110,9 +111,9 @@ def test_a_damaged_file_is_refused(tmp_path: Path) -> None:
 def test_a_newer_format_version_is_refused(tmp_path: Path) -> None:
     directory = _trained(tmp_path)
     manifest = json.loads((directory / "manifest.json").read_text())
-    manifest["format_version"] = 2
+    manifest["format_version"] = 3
     (directory / "manifest.json").write_text(json.dumps(manifest))
-    _refused(directory, "format_version is 2")
+    _refused(directory, "format_version is 3")
 
 
 def test_another_model_is_refused_naming_the_difference(tmp_path: Path) -> None:
@@ -170,6 +171,7 @@ def test_a_pickle_in_the_directory_is_never_executed(tmp_path: Path) -> None:
     (directory / "model_0.safetensors").write_bytes(payload)
     manifest = json.loads((directory / "manifest.json").read_text())
     manifest["files"]["model_0.safetensors"]["bytes"] = len(payload)
+    manifest["files"]["model_0.safetensors"]["sha256"] = hashlib.sha256(payload).hexdigest()
     (directory / "manifest.json").write_text(json.dumps(manifest))
     _refused(directory, "model_0.safetensors", "not a safetensors file")
     assert not marker.exists()

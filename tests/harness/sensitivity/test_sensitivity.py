@@ -18,7 +18,7 @@ import pytest
 from accelerate_core.imports import is_deepspeed_available
 from harness.sensitivity.bug import AREAS, Bug, CatalogError, core_source, patched_copy
 from harness.sensitivity.catalog import CATALOG, FAST, by_name
-from harness.sensitivity.trial import try_bug
+from harness.sensitivity.trial import Control, control_run, try_bug
 
 
 def test_the_catalog_has_twenty_realistic_bugs_covering_every_area() -> None:
@@ -43,7 +43,7 @@ def test_a_patch_that_no_longer_applies_is_a_catalog_error_never_a_catch(tmp_pat
                 imitates="a patch written against old code")
     with pytest.raises(CatalogError, match=r"no longer occurs in accelerate_core/ops\.py"):
         patched_copy(stale, tmp_path)
-    trial = try_bug(stale, timeout_s=60)
+    trial = try_bug(stale, timeout_s=60, control=Control({}, 0.0))
     assert trial.verdict == "catalog_error" and "no longer occurs" in trial.detail
 
 
@@ -53,6 +53,23 @@ def test_the_repository_core_is_never_patched(tmp_path: Path) -> None:
     patched_copy(bug, tmp_path)
     assert (core_source() / bug.file).read_text(encoding="utf-8") == before
     assert (tmp_path / "accelerate_core").resolve() != core_source()
+
+
+@pytest.fixture(scope="module")
+def control() -> Control:
+    """The fast subset's cells on an unpatched copy of the core, run as the trials run them: a
+    catch counts only on a cell that passed here (harness.sensitivity.trial)."""
+    bugs = [bug for bug in by_name(FAST) if bug.name not in _NEEDS_DEEPSPEED or is_deepspeed_available()]
+    return control_run(bugs, timeout_s=180)
+
+
+def test_a_cell_that_fails_unpatched_cannot_catch_a_bug(tmp_path: Path) -> None:
+    """A cell that fails in the control proves nothing about a patch: a catalog error naming it."""
+    bug = by_name(["fp16_autocast_off_on_cpu"])[0]
+    failing_control = Control({bug.select: "failed"}, 0.0)
+    trial = try_bug(bug, timeout_s=180, control=failing_control)
+    assert trial.verdict == "catalog_error", trial.detail
+    assert f"cell(s) {bug.select} did not pass in the control run (unpatched: failed)" in trial.detail
 
 
 _NEEDS_DEEPSPEED = {"deepspeed_ignored_on_cpu"}  # its cell is a ZeRO-3 cell: skipped without deepspeed
@@ -72,8 +89,9 @@ _EVIDENCE = {
         not is_deepspeed_available(), reason="deepspeed is not installed")]) if name in _NEEDS_DEEPSPEED
      else name for name in FAST],
 )
-def test_the_fast_subset_is_caught(name: str) -> None:
-    trial = try_bug(by_name([name])[0], timeout_s=180)
+def test_the_fast_subset_is_caught(name: str, control: Control) -> None:
+    assert control.statuses.get(by_name([name])[0].select) == "passed", control.line()
+    trial = try_bug(by_name([name])[0], timeout_s=180, control=control)
     assert trial.verdict == "caught", trial.detail
     _cell, _, reason = trial.detail.partition(" failed: ")  # on what ran, before any number
     assert reason.startswith(_EVIDENCE[name]), trial.detail
