@@ -95,8 +95,9 @@ def machine_line(machine: Any) -> str:
 
 
 def _defining(record_json: dict[str, Any]) -> dict[str, Any]:
-    """The JSON minus what is derived (the tensors' hash) or descriptive (where it was made)."""
-    body = {k: v for k, v in record_json.items() if k != "tensors_sha256"}
+    """The JSON minus what is derived (the tensors' and the JSON's own hash) or descriptive (where
+    it was made)."""
+    body = {k: v for k, v in record_json.items() if k not in ("tensors_sha256", "json_sha256")}
     meta = dict(body.get("meta", {}))
     meta["golden"] = {k: v for k, v in meta.get("golden", {}).items() if k not in _DESCRIPTIVE}
     body["meta"] = meta
