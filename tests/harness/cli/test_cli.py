@@ -168,9 +168,9 @@ def test_a_run_never_silently_replaces_an_earlier_report(default_runs: DefaultRu
                                      str(runs[0]))
     assert refused.returncode == 2 and "holds the report of an earlier run (1 passed" in refused.stderr
     assert "--overwrite" in refused.stderr and (runs[0] / "report.json").read_text() == before
-    # ... unless asked to replace it. (A selection that launches nothing: what is shown is that
-    # --overwrite lets the run go ahead and its report replaces the earlier one.)
+    # ... unless asked to replace it. (A selection that launches nothing, hence --allow-empty: what
+    # is shown is that --overwrite lets the run go ahead and its report replaces the earlier one.)
     replaced = run_harness_in_process("run", "--matrix", matrix, "-k", "regression and cuda", "--report-dir",
-                                      str(runs[0]), "--overwrite")
+                                      str(runs[0]), "--overwrite", "--allow-empty")
     assert replaced.returncode == 0, replaced.stderr
     assert set(cells_by_id(runs[0])) == {"regression-cuda2-ddp-fp32"}
