@@ -214,7 +214,7 @@ def resolve_backend(plugin: DeepSpeedPlugin | None, launch: LaunchSettings, worl
     if backend == "single" and world_size > 1:
         raise ConflictingSettingsError(
             explain(f"backend 'single' on {world_size} processes", "a single-device run has one process",
-                    "'ddp' or 'deepspeed' for several processes",
+                    "'ddp', 'deepspeed' or 'fsdp' for several processes",
                     "launch with --num-processes 1, or choose --backend ddp")
         )
     if backend == "fsdp" and world_size < 2:
