@@ -233,7 +233,8 @@ def check_consistent(config: LaunchConfig, source: str) -> None:
     c = config
     if c.backend == "single" and c.num_processes > 1:
         raise conflict(f"backend='single' with num_processes={c.num_processes}",
-                       "the single-device backend runs one process", "use backend 'ddp', 'deepspeed' or 'fsdp'")
+                       "the single-device backend runs one process",
+                       "use backend 'ddp', 'deepspeed' or 'fsdp'")
     if c.backend == "fsdp" and c.num_processes < 2:
         raise conflict(f"backend='fsdp' with num_processes={c.num_processes}",
                        "FSDP shards parameters over the processes, and one process has nothing to shard over",

@@ -46,7 +46,7 @@ class FSDPPlugin:
                             f"pass {name}=True or {name}=False")
                 )
         wrap = self.wrap
-        if wrap is None or callable(wrap) and not isinstance(wrap, type):
+        if wrap is None or (callable(wrap) and not isinstance(wrap, type)):
             return
         if isinstance(wrap, (str, bytes)) or not isinstance(wrap, Sequence) \
                 or not wrap or not all(isinstance(c, type) for c in wrap):

@@ -1,8 +1,8 @@
 """`accelerate-core config`: write the launch config by questionnaire, or defaults with --default.
 
 Questions follow earlier answers: machines and process counts only for a distributed backend
-(FSDP needs 2 processes or more), ZeRO questions only for DeepSpeed, parameter offload only for ZeRO-3, the fp16 emulation only
-for DeepSpeed fp16 on CPU.
+(FSDP needs 2 processes or more), ZeRO questions only for DeepSpeed, parameter offload only for
+ZeRO-3, the fp16 emulation only for DeepSpeed fp16 on CPU.
 
 What only the training script should decide is left unset (null in the file; launch then passes
 nothing, and the script's `Accelerator(...)` arguments decide): --default leaves mixed precision,
@@ -83,7 +83,8 @@ def questionnaire(asker: Asker, machine: Machine) -> LaunchConfig:
                          machine.cuda_devices == 0)
     a["backend"] = asker.ask(
         "backend", f"Backend: single (one process), ddp (DistributedDataParallel), deepspeed (ZeRO), "
-        f"fsdp (FSDP2 fully_shard) ({'/'.join(BACKENDS)})", "ddp" if machine.cuda_devices > 1 and not a["cpu"] else "single")
+        f"fsdp (FSDP2 fully_shard) ({'/'.join(BACKENDS)})",
+        "ddp" if machine.cuda_devices > 1 and not a["cpu"] else "single")
     if a["backend"] == "deepspeed" and not is_deepspeed_available():
         say(f"  Note: deepspeed is not installed here; launch will ask for it ({DEEPSPEED_INSTALL_HINT}).\n")
     if a["backend"] != "single":

@@ -74,14 +74,13 @@ class FSDPStrategy(SingleDeviceStrategy):
         schedulers: Sequence[Any],
         micro_batch_size: int | None,
     ) -> tuple[list[nn.Module], list[Any], list[Any]]:
-        mesh = self._device_mesh() if models else None
         prepared: list[nn.Module] = []
         for model in models:
             model.to(self.root_device)
             if self.sync_batchnorm and self.process.world_size > 1:
                 model = convert_sync_batchnorm(model)  # buffers are not sharded: keep them in step
             before = {name: p for name, p in model.named_parameters(remove_duplicate=False)}
-            self.sharding.append(shard_model(model, self.plugin, mesh, self.precision))
+            self.sharding.append(shard_model(model, self.plugin, self._device_mesh(), self.precision))
             after = dict(model.named_parameters(remove_duplicate=False))
             self._replaced.update({id(p): after[name] for name, p in before.items() if after[name] is not p})
             prepared.append(model)  # fully_shard changed the module in place: no wrapper

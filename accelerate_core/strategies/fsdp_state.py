@@ -11,7 +11,7 @@ parameters, which fully_shard created as new objects.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -44,7 +44,7 @@ TO_EVERY_RANK = StateDictOptions(full_state_dict=True)
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The full state dict on every rank as plain CPU tensors (a collective), as DDP and
     DeepSpeed give it: a script may save it from any rank."""
-    state = get_model_state_dict(model, options=TO_EVERY_RANK)
+    state = cast(dict[str, torch.Tensor], get_model_state_dict(model, options=TO_EVERY_RANK))
     return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
 
@@ -76,13 +76,13 @@ def _shard_like(value: Any, param: nn.Parameter) -> Any:
 
 def save_model(model: nn.Module) -> dict[str, torch.Tensor]:
     """Full state on rank 0 (empty elsewhere): a collective."""
-    return get_model_state_dict(model, options=TO_RANK0_CPU)
+    return cast(dict[str, torch.Tensor], get_model_state_dict(model, options=TO_RANK0_CPU))
 
 
 def export_optimizer(model_index: int, model: nn.Module, optimizer: torch.optim.Optimizer,
                      where: str) -> NeutralOptimizer | None:
     """The optimizer's full state in the neutral form on rank 0, None elsewhere (a collective)."""
-    full = get_optimizer_state_dict(model, optimizer, options=TO_RANK0_CPU)
+    full = cast(dict[str, Any], get_optimizer_state_dict(model, optimizer, options=TO_RANK0_CPU))
     if not full:
         return None
     shapes = {name: p.shape for name, p in model.named_parameters()}
@@ -104,7 +104,7 @@ def export_optimizer(model_index: int, model: nn.Module, optimizer: torch.optim.
 
 def load_model(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Every rank passes the full state it read; each keeps its shard (a collective)."""
-    set_model_state_dict(model, state, options=TO_EVERY_RANK)
+    set_model_state_dict(model, cast(dict[str, Any], state), options=TO_EVERY_RANK)
 
 
 def import_optimizer(models: Sequence[nn.Module], optimizer: torch.optim.Optimizer, saved: NeutralOptimizer,
@@ -132,7 +132,7 @@ def import_optimizer(models: Sequence[nn.Module], optimizer: torch.optim.Optimiz
         for live_group, values, _ in groups:
             live_group.update(values)
         return
-    full = {
+    full: dict[str, Any] = {
         "state": {name: saved.state_of(name) for g in live for name in g if name in saved.names_with_state()},
         "param_groups": [{**values, "params": names_of_group} for _, values, names_of_group in groups],
     }

@@ -57,7 +57,8 @@ def _policy(plugin: FSDPPlugin) -> Callable[[str, nn.Module], bool]:
     return lambda name, module: bool(policy(name, module))
 
 
-def shard_model(model: nn.Module, plugin: FSDPPlugin, mesh: DeviceMesh, precision: FSDPPrecision) -> ShardingReport:
+def shard_model(model: nn.Module, plugin: FSDPPlugin, mesh: DeviceMesh,
+                precision: FSDPPrecision) -> ShardingReport:
     """fully_shard the chosen units of `model` in place (its class and parameters change: the
     parameters become new DTensor objects) and report what was sharded."""
     from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, OffloadPolicy, fully_shard

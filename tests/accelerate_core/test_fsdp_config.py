@@ -5,6 +5,7 @@ what `accelerate-core launch --backend fsdp` passes to its processes (--dry-run)
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ from accelerate_core import (
     InvalidSettingError,
 )
 from accelerate_core.config import LaunchConfig, from_mapping, load_config
-from accelerate_core.connector import connect, resolve_backend
+from accelerate_core.connector import Resolved, connect, resolve_backend
 from accelerate_core.errors import ConfigFileError
 from accelerate_core.launch_env import LaunchSettings, SettingSource
 from accelerate_core.precision.fsdp import FSDPPrecision
@@ -43,11 +44,14 @@ def _actionable(error: pytest.ExceptionInfo[Exception], *fragments: str) -> str:
     return message
 
 
-def _connect(launch: LaunchSettings = NO_LAUNCH, process: ProcessState = TWO_RANKS, **kwargs: object) -> object:
-    arguments: dict[str, object] = {"fp16": None, "mixed_precision": None, "cpu": True,
+def _connect(launch: LaunchSettings = NO_LAUNCH, process: ProcessState = TWO_RANKS,
+             **kwargs: Any) -> tuple[Resolved, Any]:
+    """The resolved settings and the strategy (Any: the FSDP strategy's own attributes are read)."""
+    arguments: dict[str, Any] = {"fp16": None, "mixed_precision": None, "cpu": True,
                                     "gradient_accumulation_steps": None, "deepspeed_plugin": None}
     arguments.update(kwargs)
-    return connect(launch=launch, process=process, **arguments)  # type: ignore[arg-type]
+    resolved, _, strategy = connect(launch=launch, process=process, **arguments)
+    return resolved, strategy
 
 
 # -- the plugin and the registry ---------------------------------------------------------------------
@@ -74,13 +78,13 @@ def test_default_policy_shards_each_child_holding_parameters_then_the_root() -> 
     model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1)))
     assert choose_units(model, FSDPPlugin()) == ["2", "0", ""]
     assert choose_units(model, FSDPPlugin(wrap=[nn.Linear])) == ["2.1", "2.0", "0", ""]
-    assert choose_units(model, FSDPPlugin(wrap=lambda name, module: name.startswith("2."))) == ["2.1", "2.0", ""]
+    chosen = FSDPPlugin(wrap=lambda name, module: name.startswith("2."))
+    assert choose_units(model, chosen) == ["2.1", "2.0", ""]
 
 
 # -- the connector ------------------------------------------------------------------------------------
 def test_plugin_resolves_to_the_fsdp_strategy_and_precision() -> None:
-    resolved, _, strategy = _connect(fsdp_plugin=FSDPPlugin(reshard_after_forward=False),  # type: ignore[misc]
-                                     mixed_precision="bf16")
+    resolved, strategy = _connect(fsdp_plugin=FSDPPlugin(reshard_after_forward=False), mixed_precision="bf16")
     assert (resolved.backend, resolved.strategy_name, strategy.name) == ("fsdp", "fsdp", "fsdp")
     assert resolved.fsdp_plugin == FSDPPlugin(reshard_after_forward=False)
     assert isinstance(strategy.precision, FSDPPrecision) and strategy.precision.param_dtype == torch.bfloat16
@@ -91,7 +95,7 @@ def test_plugin_resolves_to_the_fsdp_strategy_and_precision() -> None:
 
 
 def test_launch_backend_fsdp_without_a_plugin_takes_the_defaults() -> None:
-    resolved, _, strategy = _connect(LaunchSettings(backend="fsdp"))  # type: ignore[misc]
+    resolved, strategy = _connect(LaunchSettings(backend="fsdp"))
     assert resolved.strategy_name == "fsdp" and resolved.fsdp_plugin == FSDPPlugin()
     assert strategy.plugin == FSDPPlugin()
 
@@ -103,7 +107,8 @@ def test_fsdp_and_deepspeed_plugins_together_are_refused() -> None:
 
 
 def test_fsdp_plugin_against_another_launched_backend_names_the_source() -> None:
-    launch = LaunchSettings(backend="ddp", sources={"backend": SettingSource("flag", "--backend ddp", "--backend")})
+    flag = SettingSource("flag", "--backend ddp", "--backend")
+    launch = LaunchSettings(backend="ddp", sources={"backend": flag})
     with pytest.raises(ConflictingSettingsError) as info:
         resolve_backend(None, launch, 2, FSDPPlugin())
     _actionable(info, "Accelerator(fsdp_plugin=FSDPPlugin(...))", "`--backend ddp`",
@@ -120,7 +125,8 @@ def test_deepspeed_plugin_under_launch_backend_fsdp_is_refused() -> None:
     (NO_LAUNCH, FSDPPlugin(), "Accelerator(fsdp_plugin=FSDPPlugin(...)) on 1 process"),
     (LaunchSettings(backend="fsdp"), None, "backend 'fsdp' on 1 process"),
 ])
-def test_fsdp_on_one_process_is_refused(launch: LaunchSettings, plugin: FSDPPlugin | None, given: str) -> None:
+def test_fsdp_on_one_process_is_refused(launch: LaunchSettings, plugin: FSDPPlugin | None,
+                                        given: str) -> None:
     with pytest.raises(ConflictingSettingsError) as info:
         resolve_backend(None, launch, 1, plugin)
     _actionable(info, given, "--num-processes 2")
@@ -173,7 +179,8 @@ def test_questionnaire_offers_fsdp_and_asks_for_two_processes(tmp_path: Path) ->
     assert result.returncode == 0, describe(result)
     assert "fsdp (FSDP2 fully_shard)" in result.stdout and "ZeRO stage" not in result.stdout
     assert "backend 'fsdp' needs at least 2 processes" in result.stdout
-    assert load_config(path) == LaunchConfig(backend="fsdp", cpu=True, num_processes=2, mixed_precision="bf16")
+    assert load_config(path) == LaunchConfig(backend="fsdp", cpu=True, num_processes=2,
+                                             mixed_precision="bf16")
 
 
 def _dry_run(tmp_path: Path, *flags: str) -> tuple[int, str, str]:

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.accelerate_core.commands.test_launch_training import WORLD, assert_same_as_plain_pytorch, launch_mission
+from tests.accelerate_core.commands.test_launch_training import (
+    WORLD,
+    assert_same_as_plain_pytorch,
+    launch_mission,
+)
 
 # FSDP is part of torch: the same outcome with and without deepspeed.
 pytestmark = [pytest.mark.fsdp, pytest.mark.slow, pytest.mark.nodeepspeed]
