@@ -303,7 +303,20 @@ def test_checkpoint_resumes_across_fsdp_and_zero3(grid: dict[str, dict[str, Any]
 def test_fsdp_checkpoint_is_the_neutral_format(shared_launch_out: Path) -> None:
     import json
 
+    from safetensors.torch import load_file
+
+    from accelerate_core.checkpoint import layout
+
     fsdp, ddp = shared_launch_out / "grid" / "ckpt_fsdp", shared_launch_out / "grid" / "ckpt_ddp"
     manifest = json.loads((fsdp / "manifest.json").read_text())
     assert manifest["writer"]["strategy"] == "fsdp" and manifest["writer"]["world_size"] == 2
     assert {p.name for p in fsdp.iterdir()} == {p.name for p in ddp.iterdir()}  # the same files
+    # Saved at the same step of the same run: the same optimizer document, keyed by name, and
+    # full-shape fp32 state (not this rank's shard) that agrees with DDP's.
+    documents = [json.loads((d / layout.optimizer_json_file(0)).read_text()) for d in (fsdp, ddp)]
+    assert documents[0] == documents[1]
+    tensors = [load_file(str(d / layout.optimizer_tensors_file(0))) for d in (fsdp, ddp)]
+    assert tensors[0].keys() == tensors[1].keys()
+    for key, value in tensors[0].items():
+        assert value.shape == tensors[1][key].shape and value.dtype == tensors[1][key].dtype, key
+        assert_close(value, tensors[1][key], **FP32)
