@@ -239,6 +239,15 @@ def test_optimizer_state_from_before_prepare_is_sharded_and_kept(shared_launch_o
     _assert_weights(record["state_dict"], plain["state_dict"], **FP32)
 
 
+@pytest.mark.fp16
+def test_an_overflow_in_one_ranks_shard_skips_the_step_on_every_rank(shared_launch_out: Path) -> None:
+    ranks = [_check(shared_launch_out, "one_rank_overflow", r) for r in (0, 1)]
+    for record in ranks:  # rank 0 never saw the inf: it skips because rank 1 found one
+        assert record["skipped"] == [False, True, False]
+        assert record["moved"] == [True, False, True]
+        assert record["scales"] == [65536.0, 32768.0, 32768.0]  # GradScaler's backoff, once
+
+
 # -- fsdp_checkpoint_grid.py ------------------------------------------------------------------------
 # resumed run -> the uninterrupted run it must continue
 PAIRS = {

@@ -9,6 +9,8 @@ single-process reference itself and asserts):
 - `wrap_classes` / `wrap_callable`: which units FSDPPlugin(wrap=[nn.Linear]) and a callable chose.
 - `stepped_before`: an optimizer that already stepped (holds state) before prepare(): its state
   follows its parameters into the shards and training continues from it.
+- `one_rank_overflow`: fp16; at step 1 an inf is written into ONE element of rank 1's gradient
+  shard only (after backward, so no other rank sees it): every rank must skip that step.
 
     fsdp_checks.py --out DIR   (rank r writes DIR/<check>.rank<r>.pt)
 """
@@ -126,6 +128,29 @@ def stepped_before(out: Path) -> Accelerator:
     return accelerator
 
 
+def one_rank_overflow(out: Path) -> Accelerator:
+    accelerator = Accelerator(cpu=True, mixed_precision="fp16", fsdp_plugin=FSDPPlugin())
+    model = make_model()
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=LR))
+    rank, world = accelerator.process_index, accelerator.num_processes
+    record: dict[str, Any] = {"skipped": [], "scales": [], "moved": []}
+    for step in range(STEPS):
+        x, y = batch(step)
+        accelerator.backward(nn.functional.mse_loss(model(local(x, rank, world)), local(y, rank, world)))
+        if step == 1 and rank == 1:
+            grad = next(iter(model.parameters())).grad
+            grad.to_local().view(-1)[0] = float("inf")  # this rank's shard only
+        before = torch.cat([p.to_local().detach().reshape(-1).clone() for p in model.parameters()])
+        optimizer.step()
+        optimizer.zero_grad()
+        after = torch.cat([p.to_local().detach().reshape(-1) for p in model.parameters()])
+        record["skipped"].append(optimizer.is_overflow)
+        record["scales"].append(accelerator.loss_scale())
+        record["moved"].append(not torch.equal(before, after))
+    torch.save(record, out / f"one_rank_overflow.rank{rank}.pt")
+    return accelerator
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
@@ -136,7 +161,8 @@ def main(argv: list[str] | None = None) -> None:
     for run in (lambda: sharding(out),
                 lambda: wrap_check(out, "wrap_classes", FSDPPlugin(wrap=[nn.Linear])),
                 lambda: wrap_check(out, "wrap_callable", FSDPPlugin(wrap=lambda name, module: name == "0")),
-                lambda: stepped_before(out)):
+                lambda: stepped_before(out),
+                lambda: one_rank_overflow(out)):
         accelerator = run()
         accelerator.wait_for_everyone()
         accelerator.free_memory()
