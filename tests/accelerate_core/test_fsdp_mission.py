@@ -229,6 +229,10 @@ def test_wrap_policies_choose_the_units(shared_launch_out: Path) -> None:
     assert chosen["wrapped"] == [("0", "")]
     assert classes["all_dtensor"] and chosen["all_dtensor"]
     assert classes["unsharded"] == chosen["unsharded"] == []
+    plain = _plain_run(stepped_before=False)  # the same weights and steps, not nested
+    for record in (classes, chosen):
+        assert_close(torch.tensor(record["norms"]), torch.tensor(plain["norms"]), **FP32)
+        assert_close(torch.tensor(record["losses"]), torch.tensor(plain["losses"]), **FP32)
 
 
 def test_optimizer_state_from_before_prepare_is_sharded_and_kept(shared_launch_out: Path) -> None:

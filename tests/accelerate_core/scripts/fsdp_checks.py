@@ -6,7 +6,8 @@ single-process reference itself and asserts):
   pointing at the sharded parameters; 3 steps of AdamW on a fixed global batch with
   clip_grad_norm_ (the returned norms and the final full state dict, also from rank 1);
   accelerator.gather of a per-rank tensor.
-- `wrap_classes` / `wrap_callable`: which units FSDPPlugin(wrap=[nn.Linear]) and a callable chose.
+- `wrap_classes` / `wrap_callable`: which units FSDPPlugin(wrap=[nn.Linear]) and a callable (with
+  reshard_after_forward=False) chose, and the same 3 steps trained through them.
 - `stepped_before`: an optimizer that already stepped (holds state) before prepare(): its state
   follows its parameters into the shards and training continues from it.
 - `one_rank_overflow`: fp16; at step 1 an inf is written into ONE element of rank 1's gradient
@@ -99,11 +100,15 @@ def sharding(out: Path) -> Accelerator:
 
 
 def wrap_check(out: Path, name: str, plugin: FSDPPlugin) -> Accelerator:
+    """Which units `plugin` chose, and the same training as `sharding` on the nested model (its
+    Linears are created in the same order from the same seed: the same weights)."""
     accelerator = Accelerator(cpu=True, fsdp_plugin=plugin)
-    model = accelerator.prepare(make_nested())
+    model = make_nested()
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=LR))
     record = {"wrapped": accelerator.strategy.wrapped_modules,  # type: ignore[attr-defined]
               "unsharded": accelerator.strategy.unsharded_parameters,  # type: ignore[attr-defined]
-              "all_dtensor": all(isinstance(p, DTensor) for p in model.parameters())}
+              "all_dtensor": all(isinstance(p, DTensor) for p in model.parameters()),
+              **train(accelerator, model, optimizer, range(STEPS))}
     torch.save(record, out / f"{name}.rank{accelerator.process_index}.pt")
     return accelerator
 
@@ -160,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     # Each check its own Accelerator, freed before the next (as the harness runs cells).
     for run in (lambda: sharding(out),
                 lambda: wrap_check(out, "wrap_classes", FSDPPlugin(wrap=[nn.Linear])),
-                lambda: wrap_check(out, "wrap_callable", FSDPPlugin(wrap=lambda name, module: name == "0")),
+                lambda: wrap_check(out, "wrap_callable", FSDPPlugin(wrap=lambda name, module: name == "0",
+                                                                    reshard_after_forward=False)),
                 lambda: stepped_before(out),
                 lambda: one_rank_overflow(out)):
         accelerator = run()
