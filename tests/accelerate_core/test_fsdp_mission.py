@@ -313,6 +313,14 @@ def test_checkpoint_resumes_across_fsdp_and_zero3(grid: dict[str, dict[str, Any]
     _continues(grid[resumed], grid[ZERO3_PAIRS[resumed]])
 
 
+@pytest.mark.deepspeed
+@pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed - ZeRO-3 runs skipped")
+def test_zero3_after_fsdp_in_the_same_launch_is_unaffected(grid: dict[str, dict[str, Any]]) -> None:
+    assert grid["zero3_full"]["strategy"] == "zero3"
+    assert_close(torch.tensor(grid["zero3_full"]["losses"]), torch.tensor(grid["single_full"]["losses"]))
+    _assert_weights(grid["zero3_full"]["state_dict"], grid["single_full"]["state_dict"], **FP32)
+
+
 def test_fsdp_checkpoint_is_the_neutral_format(shared_launch_out: Path) -> None:
     import json
 
