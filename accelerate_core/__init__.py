@@ -1,4 +1,4 @@
-"""accelerate_core: one training loop over a single device, DDP and DeepSpeed ZeRO.
+"""accelerate_core: one training loop over a single device, DDP, FSDP2 and DeepSpeed ZeRO.
 
 Importing it never imports deepspeed (see imports.py); DeepSpeed code is loaded only when a
 DeepSpeed strategy is asked for.
@@ -17,6 +17,7 @@ from accelerate_core.errors import (
     UnsupportedObjectError,
     UnsupportedPrecisionError,
 )
+from accelerate_core.fsdp_plugin import FSDPPlugin
 from accelerate_core.imports import is_deepspeed_available
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ __all__ = [
     "Accelerator",
     "ConflictingSettingsError",
     "DeepSpeedPlugin",
+    "FSDPPlugin",
     "InvalidSettingError",
     "MissingDependencyError",
     "UnsupportedObjectError",

@@ -24,6 +24,7 @@ from accelerate_core.connector import Resolved, connect
 from accelerate_core.data import DataState, PreparedDataLoader, SkippedDataLoader
 from accelerate_core.deepspeed_plugin import DeepSpeedPlugin
 from accelerate_core.errors import UnsupportedObjectError, explain
+from accelerate_core.fsdp_plugin import FSDPPlugin
 from accelerate_core.optimizer import AcceleratedOptimizer, AcceleratedScheduler
 from accelerate_core.precision.base import Precision
 from accelerate_core.strategies.base import Strategy
@@ -40,13 +41,16 @@ class Accelerator:
         gradient_accumulation_steps: int | None = None,
         deepspeed_plugin: DeepSpeedPlugin | None = None,
         sync_batchnorm: bool | None = None,
+        fsdp_plugin: FSDPPlugin | None = None,
     ) -> None:
         # sync_batchnorm=True: BatchNorm layers use the statistics of the global batch on
         # multi-process runs (accelerate_core/sync_batchnorm.py); None: the launcher's value, else off.
+        # fsdp_plugin: shard the model with FSDP2 (docs/fsdp.md); `launch --backend fsdp` gives
+        # the same with FSDPPlugin()'s defaults.
         self._resolved, self._process, self._strategy = connect(
             fp16=fp16, mixed_precision=mixed_precision, cpu=cpu,
             gradient_accumulation_steps=gradient_accumulation_steps, deepspeed_plugin=deepspeed_plugin,
-            sync_batchnorm=sync_batchnorm,
+            sync_batchnorm=sync_batchnorm, fsdp_plugin=fsdp_plugin,
         )
         self._strategy.setup_environment()
         self._data_state = DataState()
@@ -216,7 +220,7 @@ class Accelerator:
 
     # -- saving --------------------------------------------------------------------------------
     def get_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        """The full state dict on CPU. A collective under ZeRO-3: call it on every rank."""
+        """The full state dict on CPU. A collective under ZeRO-3 and FSDP: call it on every rank."""
         state_dict = self._strategy.get_state_dict(model)
         if self._recorder is not None:
             self._recorder.on_state_dict(self, state_dict)

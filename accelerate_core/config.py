@@ -19,6 +19,8 @@ still fp32), so the version did not change (an older accelerate-core refuses suc
 clear message rather than misreading it). `sync_batchnorm` (null: the script decides, else
 off) was added the same way; every file this version writes holds it, and an older
 accelerate-core refuses such a file as having an unknown key, listing the keys it knows.
+`backend: fsdp` (FSDP2) came later within version 1 too: an older accelerate-core refuses it as
+a value outside the choices, naming the ones it knows.
 A file without `version`, or with a version this code does not know, is explained and
 refused, never read as if it were the current format.
 """
@@ -50,8 +52,8 @@ class LaunchConfig:
     None (null in the file) is unset: launch passes nothing, and the script decides.
     """
 
-    # One of BACKENDS; None: single for one process, ddp for several, deepspeed when the
-    # script passes a DeepSpeedPlugin (the connector decides from the world size).
+    # One of BACKENDS; None: single for one process, ddp for several, deepspeed (fsdp) when the
+    # script passes a DeepSpeedPlugin (an FSDPPlugin); the connector decides from the world size.
     backend: str | None = None
     cpu: bool | None = None  # True: CPU even when CUDA devices are present; None: script decides
     num_processes: int = 1
@@ -231,7 +233,12 @@ def check_consistent(config: LaunchConfig, source: str) -> None:
     c = config
     if c.backend == "single" and c.num_processes > 1:
         raise conflict(f"backend='single' with num_processes={c.num_processes}",
-                       "the single-device backend runs one process", "use backend 'ddp' or 'deepspeed'")
+                       "the single-device backend runs one process",
+                       "use backend 'ddp', 'deepspeed' or 'fsdp'")
+    if c.backend == "fsdp" and c.num_processes < 2:
+        raise conflict(f"backend='fsdp' with num_processes={c.num_processes}",
+                       "FSDP shards parameters over the processes, and one process has nothing to shard over",
+                       "set num_processes 2 or more (e.g. `--num-processes 2`), or use backend 'single'")
     if c.num_processes % c.num_machines:
         raise conflict(f"num_processes={c.num_processes} over num_machines={c.num_machines}",
                        "every machine runs the same number of processes", "make num_processes a multiple")
@@ -284,7 +291,8 @@ def save_config(config: LaunchConfig, path: Path) -> None:
               "null means unset: launch passes nothing, so the script's Accelerator(...) arguments\n"
               "decide (mixed_precision: fp32 unless the script asks, e.g. Accelerator(fp16=True);\n"
               "gradient_accumulation_steps: 1; cpu: CUDA when present; backend: single for one\n"
-              "process, ddp for several, deepspeed if the script passes a DeepSpeedPlugin).\n"
+              "process, ddp for several, deepspeed if the script passes a DeepSpeedPlugin, fsdp\n"
+              "if it passes an FSDPPlugin).\n"
               "A value that is set is binding: an Accelerator(...) argument that contradicts it\n"
               "stops the run with an error.")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,10 +17,12 @@ from typing import Any
 from accelerate_core.choices import MIXED_PRECISIONS
 from accelerate_core.deepspeed_plugin import DeepSpeedPlugin
 from accelerate_core.errors import ConflictingSettingsError, InvalidSettingError, explain
+from accelerate_core.fsdp_plugin import FSDPPlugin
 from accelerate_core.launch_env import LaunchSettings
 from accelerate_core.precision.amp import AMPPrecision
 from accelerate_core.precision.base import Precision
 from accelerate_core.precision.fp32 import FP32Precision
+from accelerate_core.precision.fsdp import FSDPPrecision
 from accelerate_core.state import ProcessState
 from accelerate_core.strategies.base import Strategy
 from accelerate_core.strategies.registry import get_spec, load_strategy_class
@@ -30,14 +32,15 @@ from accelerate_core.strategies.registry import get_spec, load_strategy_class
 class Resolved:
     """What the connector decided (also what `accelerator.strategy` was built from)."""
 
-    backend: str  # "single" | "ddp" | "deepspeed"
-    strategy_name: str  # registry name: "single", "ddp", "zero1".."zero3"
+    backend: str  # "single" | "ddp" | "deepspeed" | "fsdp"
+    strategy_name: str  # registry name: "single", "ddp", "zero1".."zero3", "fsdp"
     mixed_precision: str
     cpu: bool
     gradient_accumulation_steps: int
     deepspeed_plugin: DeepSpeedPlugin | None
     # Synchronised BatchNorm statistics on multi-process runs (a no-op on one process).
     sync_batchnorm: bool = False
+    fsdp_plugin: FSDPPlugin | None = None
 
 
 def _conflict(given: str, setting: str, launch: LaunchSettings, wanted: object, keep: str
@@ -177,26 +180,66 @@ def resolve_sync_batchnorm(value: bool | None, launch: LaunchSettings) -> bool:
     return value if value is not None else bool(launch.sync_batchnorm)
 
 
-def resolve_backend(plugin: DeepSpeedPlugin | None, launch: LaunchSettings, world_size: int) -> str:
+def resolve_backend(plugin: DeepSpeedPlugin | None, launch: LaunchSettings, world_size: int,
+                    fsdp_plugin: FSDPPlugin | None = None) -> str:
     if plugin is not None and not isinstance(plugin, DeepSpeedPlugin):
         raise InvalidSettingError(
             explain(f"deepspeed_plugin={type(plugin).__name__}", "it is not a DeepSpeedPlugin",
                     "accelerate_core.DeepSpeedPlugin(...)", "build one with DeepSpeedPlugin(zero_stage=...)")
+        )
+    if fsdp_plugin is not None and not isinstance(fsdp_plugin, FSDPPlugin):
+        raise InvalidSettingError(
+            explain(f"fsdp_plugin={type(fsdp_plugin).__name__}", "it is not an FSDPPlugin",
+                    "accelerate_core.FSDPPlugin(...)", "build one with FSDPPlugin(wrap=...), or leave it out")
+        )
+    if plugin is not None and fsdp_plugin is not None:
+        raise ConflictingSettingsError(
+            explain("Accelerator(deepspeed_plugin=..., fsdp_plugin=...)",
+                    "DeepSpeed ZeRO and FSDP are two ways of sharding the same model; a run uses one",
+                    "deepspeed_plugin alone, or fsdp_plugin alone",
+                    "drop one of the two plugins from the script's Accelerator(...)")
         )
     if plugin is not None:
         if launch.backend not in (None, "deepspeed"):
             raise _conflict("Accelerator(deepspeed_plugin=DeepSpeedPlugin(...))", "backend", launch,
                             "deepspeed", "drop deepspeed_plugin from the script's Accelerator(...)")
         return "deepspeed"
-    if launch.backend == "single" and world_size > 1:
+    if fsdp_plugin is not None:
+        if launch.backend not in (None, "fsdp"):
+            raise _conflict("Accelerator(fsdp_plugin=FSDPPlugin(...))", "backend", launch,
+                            "fsdp", "drop fsdp_plugin from the script's Accelerator(...)")
+        backend = "fsdp"
+    else:
+        backend = launch.backend or ("ddp" if world_size > 1 else "single")
+    if backend == "single" and world_size > 1:
         raise ConflictingSettingsError(
             explain(f"backend 'single' on {world_size} processes", "a single-device run has one process",
-                    "'ddp' or 'deepspeed' for several processes",
+                    "'ddp', 'deepspeed' or 'fsdp' for several processes",
                     "launch with --num-processes 1, or choose --backend ddp")
         )
-    if launch.backend is not None:
-        return launch.backend
-    return "ddp" if world_size > 1 else "single"
+    if backend == "fsdp" and world_size < 2:
+        given = "Accelerator(fsdp_plugin=FSDPPlugin(...))" if fsdp_plugin is not None else "backend 'fsdp'"
+        raise ConflictingSettingsError(
+            explain(f"{given} on 1 process",
+                    "FSDP shards parameters over the processes; on one process there is nothing to "
+                    "shard over (FSDP there is the single-device run at a higher cost)",
+                    "'fsdp' with 2 or more processes, or 'single' for one",
+                    "launch with `accelerate-core launch --backend fsdp --num-processes 2` (or more), "
+                    "or drop fsdp_plugin / --backend fsdp to run on one process")
+        )
+    return backend
+
+
+def check_fsdp_plugin(plugin: FSDPPlugin, process: ProcessState) -> None:
+    """Rules between the plugin and the device (each field alone was checked by the plugin)."""
+    if plugin.cpu_offload and process.device.type == "cpu":
+        raise ConflictingSettingsError(
+            explain("FSDPPlugin(cpu_offload=True) on a CPU run (cpu=True, or no CUDA device)",
+                    "offloading moves sharded parameters from the accelerator to CPU memory, and "
+                    "this run keeps everything in CPU memory already",
+                    "cpu_offload=True with CUDA devices, or cpu_offload=False",
+                    "drop cpu_offload=True, or run on CUDA (cpu=False)")
+        )
 
 
 def build_deepspeed_plugin(
@@ -230,6 +273,10 @@ def build_deepspeed_plugin(
 
 
 def build_precision(backend: str, mixed_precision: str, process: ProcessState) -> Precision:
+    if backend == "fsdp":
+        # FSDP casts parameters itself (MixedPrecisionPolicy) and scales fp16 losses with one
+        # skip decision for all ranks; no per-op autocast.
+        return FSDPPrecision(mixed_precision, process.device)
     if backend == "deepspeed":
         module = importlib.import_module("accelerate_core.precision.deepspeed")
         precision: Precision = module.DeepSpeedPrecision(mixed_precision)
@@ -247,6 +294,7 @@ def connect(
     gradient_accumulation_steps: int | None,
     deepspeed_plugin: DeepSpeedPlugin | None,
     sync_batchnorm: bool | None = None,
+    fsdp_plugin: FSDPPlugin | None = None,
     launch: LaunchSettings | None = None,
     process: ProcessState | None = None,
 ) -> tuple[Resolved, ProcessState, Strategy]:
@@ -257,8 +305,9 @@ def connect(
     use_cpu = resolve_cpu(cpu, launch)
     sync_bn = resolve_sync_batchnorm(sync_batchnorm, launch)
     process = ProcessState.from_environ(cpu=use_cpu) if process is None else process
-    backend = resolve_backend(deepspeed_plugin, launch, process.world_size)
+    backend = resolve_backend(deepspeed_plugin, launch, process.world_size, fsdp_plugin)
     plugin: DeepSpeedPlugin | None = None
+    fsdp: FSDPPlugin | None = None
     if backend == "deepspeed":
         plugin = build_deepspeed_plugin(deepspeed_plugin, launch, gas)
         if plugin.zero_stage not in (0, 1, 2, 3):
@@ -273,10 +322,18 @@ def connect(
         precision = build_precision(backend, precision_name, process)
         strategy = strategy_cls(process, precision, plugin=plugin,  # type: ignore[call-arg]
                                 gradient_accumulation_steps=gas)
+    elif backend == "fsdp":
+        # `launch --backend fsdp` with a script that passes no plugin: the plugin's defaults.
+        fsdp = fsdp_plugin if fsdp_plugin is not None else FSDPPlugin()
+        check_fsdp_plugin(fsdp, process)
+        name = backend
+        strategy_cls = load_strategy_class(name)
+        strategy = strategy_cls(process, build_precision(backend, precision_name, process),  # type: ignore[call-arg]
+                                plugin=fsdp)
     else:
         name = backend
         strategy_cls = load_strategy_class(name)
         strategy = strategy_cls(process, build_precision(backend, precision_name, process))
     strategy.sync_batchnorm = sync_bn
-    resolved = Resolved(backend, name, precision_name, use_cpu, gas, plugin, sync_bn)
+    resolved = Resolved(backend, name, precision_name, use_cpu, gas, plugin, sync_bn, fsdp)
     return resolved, process, strategy

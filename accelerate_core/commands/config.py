@@ -1,8 +1,8 @@
 """`accelerate-core config`: write the launch config by questionnaire, or defaults with --default.
 
-Questions follow earlier answers: machines and process counts only for a distributed backend,
-ZeRO questions only for DeepSpeed, parameter offload only for ZeRO-3, the fp16 emulation only
-for DeepSpeed fp16 on CPU.
+Questions follow earlier answers: machines and process counts only for a distributed backend
+(FSDP needs 2 processes or more), ZeRO questions only for DeepSpeed, parameter offload only for
+ZeRO-3, the fp16 emulation only for DeepSpeed fp16 on CPU.
 
 What only the training script should decide is left unset (null in the file; launch then passes
 nothing, and the script's `Accelerator(...)` arguments decide): --default leaves mixed precision,
@@ -82,8 +82,9 @@ def questionnaire(asker: Asker, machine: Machine) -> LaunchConfig:
     a["cpu"] = asker.ask("cpu", "Run on CPU only, even where CUDA devices exist? (yes/no)",
                          machine.cuda_devices == 0)
     a["backend"] = asker.ask(
-        "backend", f"Backend: single (one process), ddp (DistributedDataParallel), deepspeed (ZeRO) "
-        f"({'/'.join(BACKENDS)})", "ddp" if machine.cuda_devices > 1 and not a["cpu"] else "single")
+        "backend", f"Backend: single (one process), ddp (DistributedDataParallel), deepspeed (ZeRO), "
+        f"fsdp (FSDP2 fully_shard) ({'/'.join(BACKENDS)})",
+        "ddp" if machine.cuda_devices > 1 and not a["cpu"] else "single")
     if a["backend"] == "deepspeed" and not is_deepspeed_available():
         say(f"  Note: deepspeed is not installed here; launch will ask for it ({DEEPSPEED_INSTALL_HINT}).\n")
     if a["backend"] != "single":
@@ -95,9 +96,12 @@ def questionnaire(asker: Asker, machine: Machine) -> LaunchConfig:
             a["main_process_ip"] = asker.ask("main_process_ip", "Address of machine 0 (IP or host name)?")
             a["main_process_port"] = asker.ask("main_process_port", "Port on machine 0?", 29500)
         per_machine = 2 if a["cpu"] or machine.cuda_devices < 2 else machine.cuda_devices
+        # FSDP shards over the processes: one alone has nothing to shard over.
+        least = 2 if a["backend"] == "fsdp" else 1
         a["num_processes"] = asker.ask(
             "num_processes", "How many processes in total, over all machines?", per_machine * machines,
-            lambda n: None if n % machines == 0 else f"it must be a multiple of the {machines} machines")
+            lambda n: f"it must be a multiple of the {machines} machines" if n % machines
+            else (f"backend {a['backend']!r} needs at least {least} processes" if n < least else None))
     # Defaults None: "script decides" (empty answer); a chosen value binds the script.
     a["mixed_precision"] = asker.ask(
         "mixed_precision", f"Mixed precision ({'/'.join(MIXED_PRECISIONS)}; 'no' is fp32, empty: the "

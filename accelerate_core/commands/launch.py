@@ -49,7 +49,8 @@ _TORCHRUN_ENTRY = "accelerate_core.commands.torchrun_entry"
 # (flag, config key, metavar, help); every flag is also accepted with underscores.
 _VALUE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ("--backend", "backend", "{" + ",".join(BACKENDS) + "}",
-     "single: one process on one device; ddp: DistributedDataParallel; deepspeed: DeepSpeed ZeRO."),
+     "single: one process on one device; ddp: DistributedDataParallel; deepspeed: DeepSpeed ZeRO; "
+     "fsdp: FSDP2 (torch's fully_shard; 2 processes or more)."),
     ("--num-processes", "num_processes", "N",
      "Processes in total, over all machines (each machine runs N / --num-machines)."),
     ("--num-machines", "num_machines", "N", "Machines taking part (torchrun's --nnodes)."),

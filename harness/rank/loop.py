@@ -9,6 +9,8 @@ called on every rank).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch.utils.data import DataLoader
 
@@ -57,10 +59,11 @@ def train_with_core(task: Task, *, precision: str, cpu: bool, zero_stage: int | 
         timer.lap("teardown")
 
 
-def _task_accelerator_options(task: Task) -> dict[str, bool]:
+def _task_accelerator_options(task: Task) -> dict[str, Any]:
     """What a task asks of the Accelerator beyond the cell's axes: synchronised BatchNorm
     statistics (harness.tasks.batchnorm). Passed only when asked, so that other tasks construct
-    the Accelerator exactly as the user loop does."""
+    the Accelerator exactly as the user loop does. (Typed Any: Accelerator's keyword arguments
+    are not all switches, e.g. fsdp_plugin.)"""
     return {"sync_batchnorm": True} if getattr(task, "sync_batchnorm", False) else {}
 
 

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for `tests.*`
 
-from accelerate_core import Accelerator, DeepSpeedPlugin
+from accelerate_core import Accelerator, DeepSpeedPlugin, FSDPPlugin
 from tests.accelerate_core.scripts.task import (
     EVAL_DATA_SEED,
     SHUFFLE_SEED,
@@ -41,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mixed-precision", default="no", choices=["no", "fp16", "bf16"])
     p.add_argument("--cpu", action="store_true")
     p.add_argument("--zero-stage", type=int, default=None, help="use DeepSpeedPlugin(zero_stage=N)")
+    p.add_argument("--fsdp", action="store_true", help="use FSDPPlugin() (FSDP2, default wrapping)")
     p.add_argument("--inject-overflow-step", type=int, default=None)
     p.add_argument("--epochs", type=int, default=TaskConfig.epochs)
     p.add_argument("--out", type=Path, default=None)
@@ -51,8 +53,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def flat_params(model: torch.nn.Module) -> torch.Tensor:
-    """This rank's view of the weights as one fp32 vector (partitioned under ZeRO-3)."""
-    return torch.cat([p.detach().float().reshape(-1).cpu() for p in model.parameters()])
+    """This rank's view of the weights as one fp32 vector (partitioned under ZeRO-3; this rank's
+    shards of the DTensor parameters under FSDP)."""
+    local = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
+    return torch.cat([p.detach().float().reshape(-1).cpu() for p in local])
 
 
 def main(argv: list[str] | None = None) -> Accelerator:
@@ -67,6 +71,7 @@ def main(argv: list[str] | None = None) -> Accelerator:
         {"fp16": True} if args.mixed_precision == "fp16" else {"mixed_precision": args.mixed_precision}
     )
     accelerator = Accelerator(**precision, cpu=args.cpu or None, deepspeed_plugin=plugin,
+                              fsdp_plugin=FSDPPlugin() if args.fsdp else None,
                               gradient_accumulation_steps=gradient_accumulation_steps)
 
     model = make_model()

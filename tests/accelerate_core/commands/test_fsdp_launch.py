@@ -1,0 +1,25 @@
+"""`accelerate-core launch --backend fsdp` on 2 CPU ranks, the real CLI and torchrun: the user
+loop in a script that builds `Accelerator()` with no arguments, so FSDP reaches it only through
+the launcher. Compared with plain PyTorch computed here (mission_parts.reference)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.accelerate_core.commands.test_launch_training import (
+    WORLD,
+    assert_same_as_plain_pytorch,
+    launch_mission,
+)
+
+# FSDP is part of torch: the same outcome with and without deepspeed.
+pytestmark = [pytest.mark.fsdp, pytest.mark.slow, pytest.mark.nodeepspeed]
+
+
+def test_mission_loop_under_fsdp_matches_plain_pytorch(tmp_path: Path) -> None:
+    produced = launch_mission(tmp_path, ["--backend", "fsdp"])
+    resolved = (produced["num_processes"], produced["backend"], produced["strategy"], produced["device"])
+    assert resolved == (WORLD, "fsdp", "fsdp", "cpu")
+    assert_same_as_plain_pytorch(produced)
