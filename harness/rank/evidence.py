@@ -63,7 +63,11 @@ def watching_activations(model: nn.Module, seen: dict[str, Any], site: AutocastS
             tensor.register_hook(gradient_seen)
             watched["gradient"] = True
 
-    handles = [modules[name].register_forward_hook(hook) for name in site.modules if name in modules]
+    # prepend: before ZeRO-3's own forward hooks, which hand the caller aliases of the output's
+    # tensors; the model's loss, computed inside its forward, was made from the originals, so a
+    # gradient hook on the alias of a model's own output would never fire.
+    handles = [modules[name].register_forward_hook(hook, prepend=True) for name in site.modules
+               if name in modules]
     try:
         yield
     finally:
