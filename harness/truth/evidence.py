@@ -6,8 +6,9 @@ The evidence comes from the rank (harness.rank.evidence, harness.rank.collective
 object, world size and device, the DeepSpeed engine's ZeRO stage, partitioned parameters and the
 settings in force, the dtype the task's autocast site computed in (the first module autocast acts
 on: harness.truth.autocast_site) and the dtype of the first gradient that flowed back into such a
-module's output, how gradients were reduced across ranks, and the loss scales the run recorded. Each check below returns one sentence, or None when that piece agrees;
-the first sentence fails the cell.
+module's output, how gradients were reduced across ranks, and the loss scales the run recorded.
+Each check below returns one sentence, or None when that piece agrees; the first sentence fails
+the cell.
 """
 
 from __future__ import annotations
@@ -148,8 +149,8 @@ def _gradient_reduction(cell: Cell, record: Record, evidence: dict[str, Any], as
     if cell.processes < 2:
         return None  # one process reduces nothing
     counts = evidence["collectives"]  # required of 2+ processes: _missing saw to that
-    deepspeed = evidence.get("deepspeed")
     if cell.is_deepspeed:
+        deepspeed = evidence["deepspeed"]  # a table: _backend and _missing saw to that
         # Every optimizer step reduces at least its trainable elements once (more with
         # accumulation or padding); the one-element all-reduces of a norm or an overflow flag
         # do not add up to that.

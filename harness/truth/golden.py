@@ -139,7 +139,8 @@ def update_goldens(tasks: Iterable[str] | None = None, precisions: Iterable[str]
     for name, precision in pairs:
         stem = golden_stem(name, precision, golden_dir)
         tolerance = regeneration_tolerance(precision, _regeneration_table(golden_dir))
-        check = _guarded(judge_regeneration(stem, fresh[(name, precision)], tolerance), name, precision, fresh)
+        check = _guarded(judge_regeneration(stem, fresh[(name, precision)], tolerance),
+                         name, precision, fresh)
         if not check.passed and not check.refused:
             fresh[(name, precision)].save(stem)
             check = replace(check, rewritten=True)
@@ -150,7 +151,8 @@ def update_goldens(tasks: Iterable[str] | None = None, precisions: Iterable[str]
 def _with_fp32(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """`pairs` and, for each task with a half precision among them, its fp32 golden too: the
     guard compares the two regenerations (harness.truth.precision_visible)."""
-    wanted = [(name, "fp32") for name in dict.fromkeys(name for name, precision in pairs if precision != "fp32")]
+    half = dict.fromkeys(name for name, precision in pairs if precision != "fp32")
+    wanted = [(name, "fp32") for name in half]
     return pairs + [pair for pair in wanted if pair not in pairs]
 
 

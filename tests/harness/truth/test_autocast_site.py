@@ -60,7 +60,8 @@ def test_a_task_autocast_acts_on_nowhere_says_so_and_fails_its_half_cells(
     record = train_with_core(task, precision="fp32", cpu=True, zero_stage=None)
     assert record is not None
     evidence = record.meta["evidence"]
-    assert evidence["autocast_site"].startswith("none: no module of ElementwiseModel computes in a half dtype")
+    assert evidence["autocast_site"].startswith(
+        "none: no module of ElementwiseModel computes in a half dtype")
     assert "activation_dtype" not in evidence
     # fp32 needs no autocast: nothing missing, nothing to see.
     assert evidence_mismatch(Cell(task.name, "cpu", 1, "single", "fp32"), record) is None

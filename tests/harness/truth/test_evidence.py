@@ -54,8 +54,8 @@ def test_asked_for_bf16_but_computed_in_fp32_fails_on_evidence_though_the_number
     cell = Cell("classifier", "cpu", 1, "single", "bf16")
     status, reason = _judge(tmp_path, cell, copy.deepcopy(fp32_single))
     assert status is Status.FAILED
-    assert reason == ("evidence: asked for single bf16 on cpu1, the first module autocast acts on, embed (Linear), "
-                      "computed in float32")
+    assert reason == ("evidence: asked for single bf16 on cpu1, the first module autocast acts on, "
+                      "embed (Linear), computed in float32")
     # The numbers alone: every comparison inside the bf16 tolerance (why evidence must come first).
     record = copy.deepcopy(fp32_single)
     record.meta["evidence"].update(activation_dtype="bfloat16", activation_grad_dtype="bfloat16")
@@ -160,8 +160,8 @@ def test_a_gradient_of_another_dtype_fails_on_evidence(fp32_single: Record) -> N
     record = copy.deepcopy(fp32_single)
     record.meta["evidence"].update(activation_dtype="bfloat16", activation_grad_dtype="float32")
     assert evidence_mismatch(Cell("classifier", "cpu", 1, "single", "bf16"), record) == (
-        "asked for single bf16 on cpu1, the gradient flowing back into the output of a module autocast acts on "
-        "was float32")
+        "asked for single bf16 on cpu1, the gradient flowing back into the output of a module autocast "
+        "acts on was float32")
 
 
 # ---------------------------------------------------------------- evidence that is missing

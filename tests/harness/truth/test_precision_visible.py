@@ -74,7 +74,8 @@ def test_golden_update_exits_1_naming_the_refused_goldens(tmp_path: Path, monkey
     matrix.write_text(f'[axes]\ntask = ["{task.name}"]\ndevice = ["cpu"]\nstrategy = ["single"]\n'
                       'precision = ["fp32", "bf16"]\n\n[[shapes]]\ndevice = "cpu"\nprocesses = 1\n'
                       'strategies = ["single"]\n\n' + tolerances_text(), encoding="utf-8")
-    assert main(["golden", "--update", "--task", task.name, "--precision", "bf16", "--matrix", str(matrix)]) == 1
+    command = ["golden", "--update", "--task", task.name, "--precision", "bf16", "--matrix", str(matrix)]
+    assert main(command) == 1
     out = capsys.readouterr().out
     assert f"{task.name}-bf16: refused: golden {task.name}-bf16: " in out
     assert f"1 half-precision golden(s) refused: bit-identical to the fp32 golden ({task.name}-bf16)" in out
