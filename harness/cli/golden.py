@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.errors import EXIT_FAILED, GoldenError, explain
 from harness.spec.cell import PRECISIONS
 from harness.spec.matrix import Matrix, load_matrix
+
+if TYPE_CHECKING:  # the CLI loads torch only for the command that needs it
+    from harness.truth.golden_check import GoldenCheck
 
 EXIT_OK = 0
 
@@ -58,12 +62,15 @@ def cmd_golden(args: argparse.Namespace) -> int:
         print(check.summary())
         for line in check.differences:
             print(f"    {line}")
+    refused = [check for check in checks if check.refused]
     if args.update:
         rewritten = sum(check.rewritten for check in checks)
         where = matrix.golden_dir or golden.GOLDEN_DIR
         print(f"{rewritten} golden(s) rewritten in {where}, {len(checks) - rewritten} kept" if rewritten
               else "goldens unchanged")
-        return EXIT_OK
+        return _refused(refused) if refused else EXIT_OK
+    if refused:
+        return _refused(refused)
     failed = [check for check in checks if not check.passed]
     if failed:
         print(f"{len(failed)} of {len(checks)} golden(s) changed or missing. Fix: find out why they "
@@ -74,6 +81,14 @@ def cmd_golden(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(f"{len(checks)} golden(s) reproduce (bit-identical or within the regeneration tolerance)")
     return EXIT_OK
+
+
+def _refused(refused: list[GoldenCheck]) -> int:
+    """A half-precision golden the guard refused is an error whatever else happened: its message
+    (printed above) says why and what to change; regenerating it would change nothing."""
+    print(f"{len(refused)} half-precision golden(s) refused: bit-identical to the fp32 golden "
+          f"({', '.join(check.label for check in refused)}); see the Fix: above")
+    return EXIT_FAILED
 
 
 def _show(matrix: Matrix, task: str, precisions: list[str] | None) -> int:

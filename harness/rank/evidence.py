@@ -1,9 +1,9 @@
 """Evidence of what ran, gathered on the rank from the objects themselves, never from the
 cell's request: the strategy object and world size, the DeepSpeed engine's ZeRO stage and how
 many parameters it really partitioned, the config in force (as the engine parsed it, defaults
-included), the dtype the first Linear layer computed in and the dtype of the gradient that flowed
-back into it, and how gradients were reduced (harness.rank.collectives). The judge
-(harness.truth.evidence) checks it against the cell before any number.
+included), the dtype the task's autocast site (the first module autocast acts on) computed in and
+the dtype of the gradient that flowed back into it, and how gradients were reduced
+(harness.rank.collectives). The judge (harness.truth.evidence) checks it against the cell before any number.
 """
 
 from __future__ import annotations
@@ -18,38 +18,56 @@ from torch import nn
 
 import accelerate_core
 from accelerate_core import Accelerator
+from harness.truth.autocast_site import AutocastSite, floating_output, no_site_statement
 
 # The DeepSpeed config keys worth recording: what decides partitioning, precision, clipping.
 _CONFIG_KEYS = ("zero_optimization", "fp16", "bf16", "gradient_clipping", "zero_allow_untested_optimizer")
 
 
 @contextmanager
-def watching_activations(model: nn.Module, seen: dict[str, Any]) -> Iterator[None]:
-    """Record the dtype of the first Linear layer's output and weight in the first forward, and
-    the dtype of the first gradient that flows back into a Linear layer's output (the first
-    Linear may be frozen, with no gradient to see).
+def watching_activations(model: nn.Module, seen: dict[str, Any], site: AutocastSite | None) -> Iterator[None]:
+    """Record, in the first forward, the dtype the task's autocast site (harness.truth.autocast_site:
+    the first module autocast acts on, found from the task's model) computed its output in and the
+    dtype of its own floating parameters, and the dtype of the first gradient that flows back into
+    the output of a module autocast acts on (the first may be frozen, with no gradient to see). A
+    model autocast acts on nowhere records that, in words (`autocast_site`), and no dtype: there
+    is nothing whose dtype could say which precision ran.
 
-    Linear is where autocast and DeepSpeed's half-precision casts act; a task without one (a
-    scalar model) records nothing and is judged without this piece of evidence."""
-    linears = [m for m in _modules(model) if isinstance(m, nn.Linear)]
+    The site is where autocast and DeepSpeed's half-precision casts show: a Linear layer in most
+    tasks, the model itself where it computes with nn.functional.linear in its own forward."""
+    if site is None:
+        seen["autocast_site"] = no_site_statement(type(_inner(model)).__name__)
+        yield
+        return
+    seen["autocast_site"] = site.describe()
+    modules = dict(_inner(model).named_modules())
+    first = modules.get(site.module)  # absent: no dtype is recorded, and the judge says so
     watched = {"gradient": False}
 
     def gradient_seen(grad: torch.Tensor) -> None:
         seen.setdefault("activation_grad_dtype", _name(grad.dtype))
 
     def hook(module: nn.Module, _inputs: Any, output: Any) -> None:
-        if not isinstance(output, torch.Tensor):
+        tensor = floating_output(output)
+        if tensor is None:
             return
-        if module is linears[0] and "activation_dtype" not in seen:
-            seen["activation_dtype"] = _name(output.dtype)
-            seen["weight_dtype"] = _name(module.weight.dtype)
-        if output.requires_grad and not watched["gradient"]:
+        if module is first and "activation_dtype" not in seen:
+            seen["activation_dtype"] = _name(tensor.dtype)
+            own = next((p for p in module.parameters(recurse=False) if p.is_floating_point()), None)
+            if own is not None:
+                seen["weight_dtype"] = _name(own.dtype)
+        if tensor.requires_grad and not watched["gradient"]:
             # A tensor hook, not a module backward hook: it adds no autograd node of its own
-            # (DeepSpeed ZeRO-3 installs module hooks that a second layer could disturb).
-            output.register_hook(gradient_seen)
+            # (DeepSpeed ZeRO-3 installs module hooks that a second layer could disturb). The
+            # first forward may be one without gradients; the first that has them is watched.
+            tensor.register_hook(gradient_seen)
             watched["gradient"] = True
 
-    handles = [linear.register_forward_hook(hook) for linear in linears]
+    # prepend: before ZeRO-3's own forward hooks, which hand the caller aliases of the output's
+    # tensors; the model's loss, computed inside its forward, was made from the originals, so a
+    # gradient hook on the alias of a model's own output would never fire.
+    handles = [modules[name].register_forward_hook(hook, prepend=True) for name in site.modules
+               if name in modules]
     try:
         yield
     finally:
@@ -61,9 +79,8 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _modules(model: nn.Module) -> Iterator[nn.Module]:
-    inner = getattr(model, "module", model)  # DDP and the DeepSpeed engine wrap the user's module
-    return inner.modules()
+def _inner(model: nn.Module) -> nn.Module:
+    return getattr(model, "module", model)  # DDP and the DeepSpeed engine wrap the user's module
 
 
 def what_ran(accelerator: Accelerator, model: nn.Module) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from harness.rank.phases import PhaseTimer
 from harness.rank.randomness import RandomDraws
 from harness.rank.resume import RunSpan
 from harness.tasks.base import Task
+from harness.truth.autocast_site import autocast_site
 from harness.truth.record import Fingerprint, Record
 
 # ZeRO-3 keeps a parameter whole on every rank below `stage3_param_persistence_threshold`
@@ -95,7 +96,7 @@ def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan,
     agreed: list[bool] = []  # per optimizer step: did every rank hold the same gradients?
     checks_gradients = getattr(accelerator.strategy, "engine", None) is None  # ZeRO owns its grads
     model.train()
-    with watching_activations(model, seen), counter.installed():
+    with watching_activations(model, seen, autocast_site(task)), counter.installed():
         for _epoch in range(first_epoch, task.epochs):
             for step, batch in span.batches(accelerator, tr_data, _epoch, first_epoch):
                 draws.begin()  # evidence of random numbers drawn in a training step (dropout)

@@ -5,6 +5,13 @@ The numbers are small on purpose. DeepSpeed fp16 keeps weights *and gradients* i
 a loss scale that starts at 2**16, while the autocast golden keeps fp32 gradients: with y = 2x + 3
 the scaled fp16 gradients overflowed on every early step under ZeRO (a correct skip, but not the
 golden's trajectory). Here the largest scaled gradient stays near 32k < 65504, per rank too.
+
+The prediction is a 1x1 linear map (`nn.functional.linear`), not `x * weight + bias`: autocast
+lowers linear to the half dtype and leaves elementwise ops in fp32, so with the elementwise form
+the bf16 golden was bit-identical to the fp32 one and a bf16 cell that silently ran fp32 passed at
+0% of its tolerance. Computed this way, the half-precision runs (golden and cells) compute the
+prediction in fp16/bf16 and record the dtype they computed it in (the model's own output: this
+model has no submodule, harness/truth/autocast_site.py). The loss stays fp32.
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ class RegressionModel(nn.Module):
         self.bias = nn.Parameter(0.3 * torch.randn(1))
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> TaskOutput:
-        prediction = x * self.weight + self.bias
+        # weight * x + bias as the one op autocast lowers (x: (N,) -> (N, 1) -> (N,)).
+        prediction = nn.functional.linear(x.unsqueeze(-1), self.weight.view(1, 1), self.bias).squeeze(-1)
         # The loss in fp32 even for a half-precision model: its gradient seed is the loss scale,
         # and 2**16 does not fit in fp16 (max 65504).
         loss = None if labels is None else nn.functional.mse_loss(prediction.float(), labels.float())

@@ -5,6 +5,12 @@ It exists for one failure surface: 0-dim parameters. DeepSpeed flattens, partiti
 broadcasts parameters, and 0.19.8 breaks on them: `deepspeed.initialize` on 2 processes fails in
 `_broadcast_model` at `p.data.view(torch.uint8)` ("self.dim() cannot be 0 to view Float as
 Byte"). Kept apart from the other tasks so that this does not hide what they test under ZeRO.
+
+`a * x + b` is computed as a 1x1 linear map of views of the 0-dim parameters
+(`nn.functional.linear(x, a.view(1, 1), b.view(1))`): autocast lowers linear to the half dtype
+and leaves elementwise ops in fp32, so the elementwise form made the bf16 golden bit-identical to
+the fp32 one. The parameters themselves stay 0-dim (the failure surface above); only the op sees
+them reshaped. The loss stays fp32.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ class ScalarModel(nn.Module):
         self.b = nn.Parameter(0.3 * torch.randn(()))
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> TaskOutput:
-        prediction = self.a * x + self.b
+        # a * x + b as the one op autocast lowers; views, so the parameters stay 0-dim.
+        prediction = nn.functional.linear(x.unsqueeze(-1), self.a.view(1, 1), self.b.view(1)).squeeze(-1)
         loss = None if labels is None else nn.functional.mse_loss(prediction.float(), labels.float())
         return TaskOutput(loss=loss, logits=prediction)
 

@@ -4,10 +4,11 @@ bf16 tolerance of the golden (they do: fp32 results are within bf16 tolerance of
 
 The evidence comes from the rank (harness.rank.evidence, harness.rank.collectives): the strategy
 object, world size and device, the DeepSpeed engine's ZeRO stage, partitioned parameters and the
-settings in force, the dtype the first Linear layer computed in and the dtype of the first gradient
-that flowed back into a Linear layer, how gradients were reduced across ranks, and the loss
-scales the run recorded. Each check below returns one sentence, or None when that piece agrees;
-the first sentence fails the cell.
+settings in force, the dtype the task's autocast site computed in (the first module autocast acts
+on: harness.truth.autocast_site) and the dtype of the first gradient that flowed back into such a
+module's output, how gradients were reduced across ranks, and the loss scales the run recorded.
+Each check below returns one sentence, or None when that piece agrees; the first sentence fails
+the cell.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.spec.cell import Cell
+from harness.truth.autocast_site import AutocastSite, autocast_site
 from harness.truth.record import Record
 
 ACTIVATION_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -41,21 +43,34 @@ def evidence_mismatch(cell: Cell, record: Record) -> str | None:
 
 
 def _missing(cell: Cell, record: Record, evidence: dict[str, Any], asked: str) -> str | None:
-    """Every field the cell's kind implies must be there: a record without one says nothing about
-    that piece of what ran, and nothing said is never taken for agreement."""
-    missing = [key for key in required_fields(cell, cell.task) if key not in evidence]
+    """Every field the cell's kind implies must be there, and those the checks below read as
+    tables must be tables: a record without one says nothing about that piece of what ran, and
+    nothing said is never taken for agreement. (So the checks below need no fallback of their
+    own for a field that is absent.)"""
+    missing = [key for key in required_fields(cell, cell.task) if not _present(evidence, key)]
     engine = evidence.get("deepspeed")
-    if cell.is_deepspeed and isinstance(engine, dict):
-        missing += [f"deepspeed.{key}" for key in DEEPSPEED_FIELDS if key not in engine]
+    if cell.is_deepspeed and engine is not None:  # absent: _backend's "the run had no DeepSpeed engine"
+        if not isinstance(engine, dict):
+            missing.append("deepspeed")
+        else:
+            missing += [f"deepspeed.{key}" for key in DEEPSPEED_FIELDS if not _present(engine, key)]
     if not missing:
         return None
     return (f"{asked}: the record has no evidence of {', '.join(missing)} "
             "(evidence that is missing is a failure)")
 
 
+def _present(evidence: dict[str, Any], key: str) -> bool:
+    """The field is there, and a table where the checks read it as one (a string or a number in
+    its place says no more than nothing)."""
+    return key in evidence and (key not in TABLE_FIELDS or isinstance(evidence[key], dict))
+
+
 # Always: what ran, where, on how many processes; whether a training step drew random numbers.
 ALWAYS_REQUIRED = ("strategy", "strategy_class", "world_size", "device", "emulated", "random_draws")
 DEEPSPEED_FIELDS = ("zero_stage", "partitioned_parameters", "parameters", "in_force", "trainable_elements")
+# The fields the checks read as tables (the engine's own, `deepspeed`, is checked apart).
+TABLE_FIELDS = frozenset({"collectives", "collective_elements", "gradients_agreed", "in_force"})
 
 
 def required_fields(cell: Cell, task_name: str) -> tuple[str, ...]:
@@ -64,25 +79,30 @@ def required_fields(cell: Cell, task_name: str) -> tuple[str, ...]:
         fields += ["collectives", "collective_elements"]
         if not cell.is_deepspeed:  # DDP's reducer is C++: judged by the ranks' gradients agreeing
             fields.append("gradients_agreed")
-    if task_has_linear(task_name):  # where autocast and half-precision casts act
+    if autocast_acts(task_name):  # where autocast and half-precision casts show
         fields += ["activation_dtype", "activation_grad_dtype"]
     return tuple(fields)
 
 
-def task_has_linear(task_name: str) -> bool:
-    """The task's model holds an nn.Linear (a task that cannot be built here: assumed to, so its
-    dtypes stay required)."""
-    from torch import nn
+def autocast_acts(task_name: str) -> bool:
+    """Autocast acts on some module of the task's model (harness.truth.autocast_site, read from
+    the model by running it). A task that cannot be built or run here: assumed to, so its dtypes
+    stay required."""
+    return _site_of(task_name) is not _NO_SITE
 
+
+_NO_SITE = "autocast acts nowhere"
+
+
+def _site_of(task_name: str) -> AutocastSite | str | None:
+    """The task's AutocastSite, _NO_SITE when autocast acts nowhere, None when it cannot be probed."""
     from harness.tasks import get_task
-    from harness.truth.global_rng import GLOBAL_RNG_LOCK
 
     try:
-        with GLOBAL_RNG_LOCK:  # building a model seeds torch's global RNG: one thread at a time
-            model = get_task(task_name).build_model()
-    except Exception:
-        return True
-    return any(isinstance(module, nn.Linear) for module in model.modules())
+        site = autocast_site(get_task(task_name))
+    except Exception:  # the cells' own failure will say why; the judge must not raise for it
+        return None
+    return _NO_SITE if site is None else site
 
 
 def _backend(cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) -> str | None:
@@ -104,9 +124,9 @@ def _backend(cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) 
 def _engine_settings(cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) -> str | None:
     """The DeepSpeed settings in force (defaults included) that would train differently from the
     plain loop: a clip the loop never asked for, the other half precision, another accumulation."""
-    in_force = (evidence.get("deepspeed") or {}).get("in_force")
-    if not isinstance(in_force, dict):
-        return None  # no engine, or a record from before this evidence existed
+    if not cell.is_deepspeed:
+        return None  # (a plain cell's record with an engine in it failed on _backend already)
+    in_force = evidence["deepspeed"]["in_force"]  # a table: _missing and _backend saw to that
     clipping = in_force.get("gradient_clipping")
     if clipping:
         # The loop clips through accelerator.clip_grad_norm_, one step at a time; the engine's
@@ -126,29 +146,27 @@ def _engine_settings(cell: Cell, _record: Record, evidence: dict[str, Any], aske
 
 
 def _gradient_reduction(cell: Cell, record: Record, evidence: dict[str, Any], asked: str) -> str | None:
-    counts = evidence.get("collectives")
-    if cell.processes < 2 or not isinstance(counts, dict):
-        return None  # one process reduces nothing; older records carry no counts
-    deepspeed = evidence.get("deepspeed")
-    if deepspeed is not None:
+    if cell.processes < 2:
+        return None  # one process reduces nothing
+    counts = evidence["collectives"]  # required of 2+ processes: _missing saw to that
+    if cell.is_deepspeed:
+        deepspeed = evidence["deepspeed"]  # a table: _backend and _missing saw to that
         # Every optimizer step reduces at least its trainable elements once (more with
         # accumulation or padding); the one-element all-reduces of a norm or an overflow flag
         # do not add up to that.
-        elements = evidence.get("collective_elements") or {}
+        elements = evidence["collective_elements"]
         reduced = sum(int(elements.get(name, 0)) for name in GRADIENT_REDUCTIONS)
         # A resumed run's record holds the whole run; its collectives are the destination's only.
         resumed = evidence.get("resume") or {}
         done_before = resumed.get("resumed_after_step", 0) if isinstance(resumed, dict) else 0
         steps = len(record.lrs) - int(done_before)
-        needed = int(deepspeed.get("trainable_elements", deepspeed.get("full_elements", 0))) * steps
+        needed = int(deepspeed["trainable_elements"]) * steps
         if reduced < needed:
             return (f"{asked}, gradients were not reduced across ranks on every step ({reduced} "
                     f"elements all-reduced or reduce-scattered in backward and optimizer.step, "
                     f"fewer than {needed} = trainable elements x {steps} steps; calls: {counts or 'none'})")
         return None
-    agreed = evidence.get("gradients_agreed")
-    if not isinstance(agreed, dict):
-        return f"{asked}, the record does not say whether the ranks' gradients agreed"
+    agreed = evidence["gradients_agreed"]  # required of a DDP cell: _missing saw to that
     if agreed.get("agreed") != agreed.get("steps"):
         return (f"{asked}, gradients were never all-reduced: the ranks held different gradients at "
                 f"{agreed.get('steps', 0) - agreed.get('agreed', 0)} of {agreed.get('steps')} "
@@ -157,13 +175,25 @@ def _gradient_reduction(cell: Cell, record: Record, evidence: dict[str, Any], as
 
 
 def _dtypes(cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) -> str | None:
+    site = _site_of(cell.task)
+    if site is _NO_SITE:
+        if cell.precision == "fp32":
+            return None  # fp32 needs no autocast: nothing to see, nothing missing
+        return (f"{asked}, but autocast acts on no module of the task's model, so the cell cannot "
+                f"tell {cell.precision} from fp32 and cannot pass (autocast_site: "
+                f"{evidence.get('autocast_site', 'not recorded')}). Fix: compute the model through "
+                "an op autocast casts (nn.Linear, nn.functional.linear, a matmul), or run the task "
+                "at fp32 only")
     wanted = ACTIVATION_DTYPES[cell.precision]
-    activations = evidence.get("activation_dtype")
-    if activations is not None and activations != wanted:
-        return f"{asked}, the first Linear layer computed in {activations}"
-    gradients = evidence.get("activation_grad_dtype")
-    if gradients is not None and gradients != wanted:
-        return f"{asked}, the gradient flowing back into a Linear layer's output was {gradients}"
+    # Both present when autocast acts (or the task could not be probed): _missing saw to that.
+    where = f", {site.describe()}," if isinstance(site, AutocastSite) else ""
+    activations = evidence["activation_dtype"]
+    if activations != wanted:
+        return f"{asked}, the first module autocast acts on{where} computed in {activations}"
+    gradients = evidence["activation_grad_dtype"]
+    if gradients != wanted:
+        return (f"{asked}, the gradient flowing back into the output of a module autocast acts on "
+                f"was {gradients}")
     return None
 
 

@@ -25,6 +25,7 @@ from harness.tasks.registry import is_builtin
 from harness.truth.global_rng import GLOBAL_RNG_LOCK
 from harness.truth.golden_check import GoldenCheck, judge_regeneration, short_repr
 from harness.truth.golden_generation import generate
+from harness.truth.precision_visible import refusal, unchanged_by_precision
 from harness.truth.record import Record
 from harness.truth.regeneration import REGENERATION_TABLE, regeneration_tolerance
 
@@ -116,9 +117,11 @@ def check_goldens(tasks: Iterable[str] | None = None, precisions: Iterable[str] 
     """Regenerate (deterministic mode, one child process) and judge each golden against it."""
     golden_dir = golden_dir if golden_dir is not None else golden_dir_for(matrix_path)
     pairs = _selection(tasks, precisions)
-    fresh = generate(pairs)
-    return [judge_regeneration(golden_stem_to_read(name, precision, golden_dir), fresh[(name, precision)],
-                               regeneration_tolerance(precision, _regeneration_table(golden_dir)))
+    fresh = generate(_with_fp32(pairs))
+    return [_guarded(judge_regeneration(golden_stem_to_read(name, precision, golden_dir),
+                                        fresh[(name, precision)],
+                                        regeneration_tolerance(precision, _regeneration_table(golden_dir))),
+                     name, precision, fresh)
             for name, precision in pairs]
 
 
@@ -127,20 +130,40 @@ def update_goldens(tasks: Iterable[str] | None = None, precisions: Iterable[str]
     """Rewrite the goldens that are new or changed (not those reproduced bit for bit or within
     the regeneration tolerance: rewriting those would only trade one machine's last bits for
     another's); return every check, the rewritten ones marked `rewritten`. They are written
-    beside the matrix (`matrix_path`), or into `golden_dir`."""
+    beside the matrix (`matrix_path`), or into `golden_dir`. A half-precision golden that this
+    precision left bit-identical to the fp32 one is refused, never written (`refused`)."""
     golden_dir = golden_dir if golden_dir is not None else golden_dir_for(matrix_path)
     pairs = _selection(tasks, precisions)
-    fresh = generate(pairs)
+    fresh = generate(_with_fp32(pairs))
     checks = []
     for name, precision in pairs:
         stem = golden_stem(name, precision, golden_dir)
         tolerance = regeneration_tolerance(precision, _regeneration_table(golden_dir))
-        check = judge_regeneration(stem, fresh[(name, precision)], tolerance)
-        if not check.passed:
+        check = _guarded(judge_regeneration(stem, fresh[(name, precision)], tolerance),
+                         name, precision, fresh)
+        if not check.passed and not check.refused:
             fresh[(name, precision)].save(stem)
             check = replace(check, rewritten=True)
         checks.append(check)
     return checks
+
+
+def _with_fp32(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`pairs` and, for each task with a half precision among them, its fp32 golden too: the
+    guard compares the two regenerations (harness.truth.precision_visible)."""
+    half = dict.fromkeys(name for name, precision in pairs if precision != "fp32")
+    wanted = [(name, "fp32") for name in half]
+    return pairs + [pair for pair in wanted if pair not in pairs]
+
+
+def _guarded(check: GoldenCheck, name: str, precision: str,
+             fresh: dict[tuple[str, str], Record]) -> GoldenCheck:
+    """`check`, refused when this half-precision regeneration is bit-identical to the fp32 one."""
+    if precision == "fp32":
+        return check
+    task = get_task(name)
+    compared = unchanged_by_precision(task, fresh[(name, precision)], fresh[(name, "fp32")])
+    return check if compared is None else replace(check, refused=refusal(task, precision, compared))
 
 
 def owned_golden_pairs() -> list[tuple[str, str]]:

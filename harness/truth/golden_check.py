@@ -40,12 +40,17 @@ class GoldenCheck:
     made_on: str = "unknown machine"
     checked_on: str = "unknown machine"
     rewritten: bool = False
+    # Set when the regeneration is a half-precision golden bit-identical to the fp32 one
+    # (harness.truth.precision_visible): the message; such a golden is never written.
+    refused: str = ""
 
     @property
     def passed(self) -> bool:
-        return self.reproduction in (Reproduction.BIT_IDENTICAL, Reproduction.WITHIN)
+        return not self.refused and self.reproduction in (Reproduction.BIT_IDENTICAL, Reproduction.WITHIN)
 
     def summary(self) -> str:
+        if self.refused:
+            return f"{self.label}: refused: {self.refused}"
         if self.reproduction is Reproduction.BIT_IDENTICAL:
             text = f"{self.label}: bit-identical"
         elif self.reproduction is Reproduction.WITHIN:

@@ -250,15 +250,16 @@ def cells_by_id(report_dir: Path) -> dict[str, dict[str, Any]]:
     return {cell["id"]: cell for cell in report(report_dir)["cells"]}
 
 
-# What a real one-process CPU run records about itself (harness.rank.evidence); a golden copied
-# as a cell's record needs it, since the judge checks evidence before numbers.
+# What a real one-process CPU fp32 run records about itself (harness.rank.evidence); a golden
+# copied as a cell's record needs it, since the judge checks evidence before numbers.
 SINGLE_CPU_EVIDENCE = {"strategy": "single", "strategy_class": "SingleDeviceStrategy",
                        "world_size": 1, "device": "cpu", "emulated": False,
-                       "random_draws": {"steps": 16, "drawing": 0, "generators": ""}}
+                       "random_draws": {"steps": 16, "drawing": 0, "generators": ""},
+                       "activation_dtype": "float32", "activation_grad_dtype": "float32"}
 
 
 def golden_as_record(golden_stem: Path, record_stem: Path) -> None:
-    """A checked-in golden (a task without a Linear layer) saved as a cpu1 single cell's record."""
+    """A checked-in fp32 golden saved as a cpu1 single cell's record."""
     from harness.truth.record import Record
 
     record = Record.load(golden_stem)

@@ -76,8 +76,8 @@ _NEEDS_DEEPSPEED = {"deepspeed_ignored_on_cpu"}  # its cell is a ZeRO-3 cell: sk
 _EVIDENCE = {
     "deepspeed_ignored_on_cpu": "evidence: asked for zero3 fp32 on cpu2, the run had no DeepSpeed engine "
                                 "(DDPStrategy ran)",
-    "fp16_autocast_off_on_cpu": "evidence: asked for single fp16 on cpu1, the first Linear layer computed in "
-                                "float32",
+    "fp16_autocast_off_on_cpu": "evidence: asked for single fp16 on cpu1, the first module autocast acts on, "
+                                "embed (Linear), computed in float32",
     "ddp_never_syncs": "evidence: asked for ddp fp32 on cpu2, gradients were never all-reduced",
 }
 

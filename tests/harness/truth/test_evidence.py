@@ -54,7 +54,8 @@ def test_asked_for_bf16_but_computed_in_fp32_fails_on_evidence_though_the_number
     cell = Cell("classifier", "cpu", 1, "single", "bf16")
     status, reason = _judge(tmp_path, cell, copy.deepcopy(fp32_single))
     assert status is Status.FAILED
-    assert reason == "evidence: asked for single bf16 on cpu1, the first Linear layer computed in float32"
+    assert reason == ("evidence: asked for single bf16 on cpu1, the first module autocast acts on, "
+                      "embed (Linear), computed in float32")
     # The numbers alone: every comparison inside the bf16 tolerance (why evidence must come first).
     record = copy.deepcopy(fp32_single)
     record.meta["evidence"].update(activation_dtype="bfloat16", activation_grad_dtype="bfloat16")
@@ -66,7 +67,7 @@ def test_an_fp16_cell_whose_autocast_did_nothing_fails_on_evidence(
 ) -> None:
     cell = Cell("classifier", "cpu", 1, "single", "fp16")
     status, reason = _judge(tmp_path, cell, copy.deepcopy(fp32_single))
-    assert status is Status.FAILED and "the first Linear layer computed in float32" in reason
+    assert status is Status.FAILED and "embed (Linear), computed in float32" in reason
 
 
 def test_a_record_without_evidence_is_not_trusted(tmp_path: Path, fp32_single: Record) -> None:
@@ -159,7 +160,8 @@ def test_a_gradient_of_another_dtype_fails_on_evidence(fp32_single: Record) -> N
     record = copy.deepcopy(fp32_single)
     record.meta["evidence"].update(activation_dtype="bfloat16", activation_grad_dtype="float32")
     assert evidence_mismatch(Cell("classifier", "cpu", 1, "single", "bf16"), record) == (
-        "asked for single bf16 on cpu1, the gradient flowing back into a Linear layer's output was float32")
+        "asked for single bf16 on cpu1, the gradient flowing back into the output of a module autocast "
+        "acts on was float32")
 
 
 # ---------------------------------------------------------------- evidence that is missing
