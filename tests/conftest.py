@@ -14,7 +14,7 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import torch  # noqa: E402  (after the variable: a torch started here reads it)
+import torch  # after the variable: a torch started here reads it
 
 _threads = os.environ["OMP_NUM_THREADS"]
 if _threads.isdigit() and int(_threads) > 0:  # anything else: torch's own handling of the variable
