@@ -21,9 +21,9 @@ CORE_BUGS: tuple[Bug, ...] = (
         name="deepspeed_ignored_on_cpu",
         area="precision_fallback",
         file="connector.py",
-        search="backend = resolve_backend(deepspeed_plugin, launch, process.world_size)",
+        search="backend = resolve_backend(deepspeed_plugin, launch, process.world_size, fsdp_plugin)",
         replace=("backend = resolve_backend(None if use_cpu else deepspeed_plugin, launch, "
-                 "process.world_size)"),
+                 "process.world_size, fsdp_plugin)"),
         select="regression-cpu2-zero3-fp32",
         imitates="Hugging Face accelerate with cpu=True and a DeepSpeed plugin silently runs plain "
                  "multi-process CPU training (no engine): measured with accelerate 1.15.0",
