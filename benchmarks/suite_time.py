@@ -6,12 +6,14 @@ times, and the slowest tests and files, read from the junit.xml files `nox -s te
     python benchmarks/suite_time.py [--reports DIR] [--slowest N] [--phases FILE]
 
 `--phases FILE` adds the wall time of each phase of a CI run (lines "phase seconds", as .ci/run
-writes them).
+writes them). `--write-costs tests/file_costs.json` stores each test file's seconds (its most
+expensive session), which tests/conftest.py reads to hand the costliest files out first.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import xml.etree.ElementTree as ElementTree
 from collections import Counter
 from dataclasses import dataclass
@@ -53,6 +55,7 @@ def main() -> int:
     parser.add_argument("--reports", type=Path, default=Path("reports"))
     parser.add_argument("--slowest", type=int, default=20)
     parser.add_argument("--phases", type=Path, default=None)
+    parser.add_argument("--write-costs", type=Path, default=None, metavar="JSON")
     arguments = parser.parse_args()
     if arguments.phases is not None and arguments.phases.is_file():
         print("== CI phases (wall seconds)")
@@ -80,6 +83,13 @@ def main() -> int:
     print(f"== the {arguments.slowest} most expensive test files")
     for (session, path), seconds in per_file.most_common(arguments.slowest):
         print(f"{seconds:8.1f}  [{session}] {path}")
+    if arguments.write_costs is not None:
+        costs: dict[str, float] = {}
+        for (_session, path), seconds in per_file.items():
+            costs[path] = round(max(costs.get(path, 0.0), seconds), 1)
+        ordered = dict(sorted(costs.items(), key=lambda item: -item[1]))
+        arguments.write_costs.write_text(json.dumps(ordered, indent=1) + "\n", encoding="utf-8")
+        print(f"file costs of {len(ordered)} files written to {arguments.write_costs}")
     return 0
 
 
