@@ -22,7 +22,8 @@ from harness.errors import ToleranceError, explain
 from harness.spec.cell import PRECISIONS, STRATEGIES
 from harness.spec.tolerance_entry import read_entry
 
-FAMILIES = {"single": "plain", "ddp": "plain", "zero1": "zero", "zero2": "zero", "zero3": "zero"}
+FAMILIES = {"single": "plain", "ddp": "plain", "zero1": "zero", "zero2": "zero", "zero3": "zero",
+            "fsdp": "plain"}
 # The kinds a comparison's quantity name starts with ("losses", "eval/logits", "state_dict/w").
 QUANTITY_KINDS = ("losses", "eval", "state_dict")
 

@@ -4,7 +4,8 @@ bf16 tolerance of the golden (they do: fp32 results are within bf16 tolerance of
 
 The evidence comes from the rank (harness.rank.evidence, harness.rank.collectives): the strategy
 object, world size and device, the DeepSpeed engine's ZeRO stage, partitioned parameters and the
-settings in force, the dtype the first Linear layer computed in and the dtype of the first gradient
+settings in force, FSDP2's units, sharded parameters, mesh and resolved dtypes
+(harness.truth.fsdp_evidence), the dtype the first Linear layer computed in and the dtype of the first gradient
 that flowed back into a Linear layer, how gradients were reduced across ranks, and the loss
 scales the run recorded. Each check below returns one sentence, or None when that piece agrees;
 the first sentence fails the cell.
@@ -16,13 +17,15 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.spec.cell import Cell
+from harness.truth.fsdp_evidence import fsdp_mismatch, missing_fields
 from harness.truth.record import Record
 
 ACTIVATION_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # The torch.distributed calls that reduce gradients (DeepSpeed's road; DDP's reducer is C++ and
 # is judged by gradient agreement instead).
+# FSDP2 reduce-scatters through reduce_scatter_single.
 GRADIENT_REDUCTIONS = ("all_reduce", "all_reduce_coalesced", "reduce_scatter", "reduce_scatter_tensor",
-                       "reduce")
+                       "reduce", "reduce_scatter_single")
 
 Check = Callable[[Cell, Record, dict[str, Any], str], "str | None"]
 
@@ -47,6 +50,8 @@ def _missing(cell: Cell, record: Record, evidence: dict[str, Any], asked: str) -
     engine = evidence.get("deepspeed")
     if cell.is_deepspeed and isinstance(engine, dict):
         missing += [f"deepspeed.{key}" for key in DEEPSPEED_FIELDS if key not in engine]
+    if cell.is_fsdp:
+        missing += missing_fields(evidence)
     if not missing:
         return None
     return (f"{asked}: the record has no evidence of {', '.join(missing)} "
@@ -62,8 +67,12 @@ def required_fields(cell: Cell, task_name: str) -> tuple[str, ...]:
     fields = list(ALWAYS_REQUIRED)  # (an absent engine is _backend's: "the run had no DeepSpeed engine")
     if cell.processes > 1:
         fields += ["collectives", "collective_elements"]
-        if not cell.is_deepspeed:  # DDP's reducer is C++: judged by the ranks' gradients agreeing
+        if not cell.is_deepspeed and not cell.is_fsdp:
+            # DDP's reducer is C++: judged by the ranks' gradients agreeing (FSDP2's gradients
+            # are shards, different on every rank: judged by the elements reduce-scattered).
             fields.append("gradients_agreed")
+    if cell.is_fsdp:
+        fields.append("fsdp")  # units, sharded parameters, mesh, resolved dtypes
     if task_has_linear(task_name):  # where autocast and half-precision casts act
         fields += ["activation_dtype", "activation_grad_dtype"]
     return tuple(fields)
@@ -93,6 +102,9 @@ def _backend(cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) 
         return f"{asked}, the run had {evidence.get('strategy')} ({evidence.get('strategy_class')})"
     if evidence.get("world_size") != cell.processes or evidence.get("device") != cell.device:
         return f"{asked}, the run had {evidence.get('device')}{evidence.get('world_size')}"
+    sharding = fsdp_mismatch(cell, evidence, asked)
+    if sharding is not None:
+        return sharding
     if deepspeed is not None:
         if deepspeed.get("zero_stage") != cell.zero_stage:
             return f"{asked}, the engine ran ZeRO stage {deepspeed.get('zero_stage')}"
@@ -129,8 +141,10 @@ def _gradient_reduction(cell: Cell, record: Record, evidence: dict[str, Any], as
     counts = evidence.get("collectives")
     if cell.processes < 2 or not isinstance(counts, dict):
         return None  # one process reduces nothing; older records carry no counts
-    deepspeed = evidence.get("deepspeed")
-    if deepspeed is not None:
+    # The DeepSpeed engine and FSDP2 reduce through Python, where the calls are counted; each
+    # block says how many trainable elements a step must reduce.
+    owner = evidence.get("deepspeed") if evidence.get("deepspeed") is not None else evidence.get("fsdp")
+    if owner is not None:
         # Every optimizer step reduces at least its trainable elements once (more with
         # accumulation or padding); the one-element all-reduces of a norm or an overflow flag
         # do not add up to that.
@@ -140,7 +154,7 @@ def _gradient_reduction(cell: Cell, record: Record, evidence: dict[str, Any], as
         resumed = evidence.get("resume") or {}
         done_before = resumed.get("resumed_after_step", 0) if isinstance(resumed, dict) else 0
         steps = len(record.lrs) - int(done_before)
-        needed = int(deepspeed.get("trainable_elements", deepspeed.get("full_elements", 0))) * steps
+        needed = int(owner.get("trainable_elements", owner.get("full_elements", 0))) * steps
         if reduced < needed:
             return (f"{asked}, gradients were not reduced across ranks on every step ({reduced} "
                     f"elements all-reduced or reduce-scattered in backward and optimizer.step, "
