@@ -21,9 +21,9 @@ CORE_BUGS: tuple[Bug, ...] = (
         name="deepspeed_ignored_on_cpu",
         area="precision_fallback",
         file="connector.py",
-        search="backend = resolve_backend(deepspeed_plugin, launch, process.world_size)",
+        search="backend = resolve_backend(deepspeed_plugin, launch, process.world_size, fsdp_plugin)",
         replace=("backend = resolve_backend(None if use_cpu else deepspeed_plugin, launch, "
-                 "process.world_size)"),
+                 "process.world_size, fsdp_plugin)"),
         select="regression-cpu2-zero3-fp32",
         imitates="Hugging Face accelerate with cpu=True and a DeepSpeed plugin silently runs plain "
                  "multi-process CPU training (no engine): measured with accelerate 1.15.0",
@@ -303,6 +303,35 @@ CORE_BUGS: tuple[Bug, ...] = (
         select="classifier-golden-fp32:cpu2-zero1-fp32",
         imitates="the user's lr scheduler handed to the DeepSpeed engine, which steps it inside "
                  "engine.step() while the loop steps it too (lr advanced twice per step)",
+    ),
+    # ------------------------------------------------------------------ FSDP2
+    Bug(
+        name="fsdp_plugin_builds_ddp",
+        area="fsdp",
+        file="connector.py",
+        search=("        name = backend\n        strategy_cls = load_strategy_class(name)\n"
+                "        strategy = strategy_cls(process, build_precision(backend, precision_name, process),  "
+                "# type: ignore[call-arg]\n                                plugin=fsdp)"),
+        replace=("        name = \"ddp\"  # the plugin was checked, then DDP built: FSDP never runs\n"
+                 "        strategy_cls = load_strategy_class(name)\n"
+                 "        strategy = strategy_cls(process, build_precision(name, precision_name, process))"),
+        # fp32: FSDP2 and DDP are the same math there, so only the evidence can tell them apart.
+        select="regression-cpu2-fsdp-fp32",
+        imitates="an FSDP config accepted and then ignored: the backend falls back to plain data "
+                 "parallelism (the way a DeepSpeed plugin is ignored with cpu=True, measured with "
+                 "accelerate 1.15.0 for DeepSpeed): every rank keeps the whole model, nothing is sharded",
+    ),
+    Bug(
+        name="fsdp_fully_shard_skipped",
+        area="fsdp",
+        file="strategies/fsdp_wrap.py",
+        search=("        fully_shard(modules[name], mesh=mesh, reshard_after_forward=plugin.reshard_after_forward,\n"
+                "                    mp_policy=precision.policy(root), offload_policy=offload)"),
+        replace="        pass  # fully_shard never applied: the model stays whole on every rank",
+        select="regression-cpu2-fsdp-fp32",
+        imitates="the wrapping step skipped (a wrap policy that selects nothing and no root unit, the "
+                 "FSDP1 auto_wrap_policy pitfall): the strategy reports units while the model trains "
+                 "unsharded and unreduced on every rank",
     ),
 )
 

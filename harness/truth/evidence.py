@@ -71,8 +71,7 @@ def required_fields(cell: Cell, task_name: str) -> tuple[str, ...]:
             # DDP's reducer is C++: judged by the ranks' gradients agreeing (FSDP2's gradients
             # are shards, different on every rank: judged by the elements reduce-scattered).
             fields.append("gradients_agreed")
-    if cell.is_fsdp:
-        fields.append("fsdp")  # units, sharded parameters, mesh, resolved dtypes
+    # (An absent "fsdp" block is _backend's, as an absent engine is: "the run had no FSDP2 units".)
     if task_has_linear(task_name):  # where autocast and half-precision casts act
         fields += ["activation_dtype", "activation_grad_dtype"]
     return tuple(fields)
