@@ -6,8 +6,8 @@ imitates. The checkpoint entries (checkpoints.py) are kept apart: that code is b
 and a patch that stops applying must show up as a catalog error there, not here.
 
 FAST: the subset CI runs through tests/harness/sensitivity (about a minute, one launch each):
-the two evidence faults of issue 14 (ZeRO-3 silently run as DDP; fp16 autocast disabled) and DDP
-that never all-reduces. The numeric catches run in the full catalog (`nox -s sensitivity`).
+the two evidence faults of issue 14 (ZeRO-3 silently run as DDP; fp16 autocast disabled), DDP
+that never all-reduces, and the fsdp plugin silently building DDP. The numeric catches run in the full catalog (`nox -s sensitivity`).
 """
 
 from __future__ import annotations
@@ -329,9 +329,9 @@ CORE_BUGS: tuple[Bug, ...] = (
                 "                    mp_policy=precision.policy(root), offload_policy=offload)"),
         replace="        pass  # fully_shard never applied: the model stays whole on every rank",
         select="regression-cpu2-fsdp-fp32",
-        imitates="the wrapping step skipped (a wrap policy that selects nothing and no root unit, the "
-                 "FSDP1 auto_wrap_policy pitfall): the strategy reports units while the model trains "
-                 "unsharded and unreduced on every rank",
+        imitates="the wrapping step silently skipped (fully_shard behind a condition that is false, "
+                 "no root unit): the strategy reports units while the model trains whole and "
+                 "unreduced on every rank",
     ),
 )
 
@@ -341,6 +341,7 @@ FAST: tuple[str, ...] = (
     "deepspeed_ignored_on_cpu",
     "fp16_autocast_off_on_cpu",
     "ddp_never_syncs",
+    "fsdp_plugin_builds_ddp",  # FSDP is part of torch: runs where deepspeed is absent too
 )
 
 

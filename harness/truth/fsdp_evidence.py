@@ -39,7 +39,11 @@ def fsdp_mismatch(cell: Cell, evidence: dict[str, Any], asked: str) -> str | Non
 def missing_fields(evidence: dict[str, Any]) -> list[str]:
     fsdp = evidence.get("fsdp")
     if not isinstance(fsdp, dict):
-        return []  # the block itself is a required field (harness.truth.evidence)
+        return []  # an absent block is judged by fsdp_mismatch: "the run had no FSDP2 units"
+    if fsdp.get("units") == 0:
+        # No unit, so no policy to read dtypes from: what ran (the strategy, no unit) is the
+        # sentence to give, not the dtypes it could not have.
+        return []
     return [f"fsdp.{key}" for key in FSDP_FIELDS if key not in fsdp]
 
 

@@ -148,3 +148,16 @@ def test_fsdp_half_cells_must_give_fp32_outputs() -> None:
     assert expected_output_dtype(FSDP_BF16) is torch.float32
     assert expected_output_dtype(FSDP_FP32) is None
     assert expected_output_dtype(Cell("classifier", "cpu", 2, "zero3", "bf16")) is torch.bfloat16
+
+
+def test_a_model_fully_shard_never_touched_fails_saying_what_ran(fp32_single: Record) -> None:
+    """What the rank writes when fully_shard was skipped: no unit, no DTensor, so no dtypes to
+    read; the model is the plain module, so the backend that ran reads as single."""
+    record = _as_fsdp(fp32_single, units=0, sharded_parameters=0, local_elements=517, mesh_sizes=[],
+                      placements=[], plain_parameters=["embed.weight"])
+    evidence = record.meta["evidence"]
+    for key in ("param_dtype", "reduce_dtype", "output_dtype"):
+        del evidence["fsdp"][key]
+    evidence.update(strategy="single", model_class="Classifier")
+    assert evidence_mismatch(FSDP_FP32, record) == ("asked for fsdp fp32 on cpu2, the run had single "
+                                                   "(FSDPStrategy)")
