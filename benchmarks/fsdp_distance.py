@@ -65,7 +65,8 @@ def distances(report_dir: Path) -> tuple[dict[tuple[str, str], dict[str, float]]
 def main() -> None:
     report_dir = Path(sys.argv[1])
     diffs, shares = distances(report_dir)
-    print("| task | precision | ddp | zero3 | fsdp | fsdp share of plain | fsdp share of zero | worst quantity |")
+    print("| task | precision | ddp | zero3 | fsdp | fsdp share of plain | fsdp share of zero "
+          "| worst quantity |")
     print("|---|---|---|---|---|---|---|---|")
     for (task, precision), row in sorted(diffs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         share = shares.get((task, precision), {})

@@ -17,6 +17,7 @@ rather than guess.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -58,7 +59,7 @@ def fsdp_evidence(strategy: Any, model: nn.Module) -> dict[str, Any] | None:
     return evidence
 
 
-def _resolved_dtypes(units: list[nn.Module]) -> dict[str, Any]:
+def _resolved_dtypes(units: Sequence[nn.Module]) -> dict[str, Any]:
     """The compute, reduce and root output dtypes FSDP2 resolved for the units' parameters (sets
     joined by '+', so one unit cast differently shows)."""
     param_dtypes: set[str] = set()

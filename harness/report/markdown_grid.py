@@ -90,7 +90,8 @@ def grid_markdown(results: Sequence[CellResult], by_environment: bool = False) -
     noun = "rows (environment, task)" if by_environment else "tasks"
     legend = ", ".join(f"{SYMBOL[s]} {s.value}" for s in Status)
     counts = f"{len(grid.rows)} {noun} x {len(grid.columns)} configurations"
-    lines = ["### Grid", "", f"{counts}. Legend: {legend}", "", *_tables(grid, folded.shown, folded.folds), ""]
+    lines = ["### Grid", "", f"{counts}. Legend: {legend}", "",
+             *_tables(grid, folded.shown, folded.folds), ""]
     if not folded.folds:
         return lines
     hidden = len(grid.columns) - len(folded.shown)

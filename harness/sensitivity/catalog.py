@@ -7,7 +7,8 @@ and a patch that stops applying must show up as a catalog error there, not here.
 
 FAST: the subset CI runs through tests/harness/sensitivity (about a minute, one launch each):
 the two evidence faults of issue 14 (ZeRO-3 silently run as DDP; fp16 autocast disabled), DDP
-that never all-reduces, and the fsdp plugin silently building DDP. The numeric catches run in the full catalog (`nox -s sensitivity`).
+that never all-reduces, and the fsdp plugin silently building DDP. The numeric catches run in
+the full catalog (`nox -s sensitivity`).
 """
 
 from __future__ import annotations
@@ -310,7 +311,8 @@ CORE_BUGS: tuple[Bug, ...] = (
         area="fsdp",
         file="connector.py",
         search=("        name = backend\n        strategy_cls = load_strategy_class(name)\n"
-                "        strategy = strategy_cls(process, build_precision(backend, precision_name, process),  "
+                "        strategy = strategy_cls(process, "
+                "build_precision(backend, precision_name, process),  "
                 "# type: ignore[call-arg]\n                                plugin=fsdp)"),
         replace=("        name = \"ddp\"  # the plugin was checked, then DDP built: FSDP never runs\n"
                  "        strategy_cls = load_strategy_class(name)\n"
@@ -325,7 +327,8 @@ CORE_BUGS: tuple[Bug, ...] = (
         name="fsdp_fully_shard_skipped",
         area="fsdp",
         file="strategies/fsdp_wrap.py",
-        search=("        fully_shard(modules[name], mesh=mesh, reshard_after_forward=plugin.reshard_after_forward,\n"
+        search=("        fully_shard(modules[name], mesh=mesh, "
+                "reshard_after_forward=plugin.reshard_after_forward,\n"
                 "                    mp_policy=precision.policy(root), offload_policy=offload)"),
         replace="        pass  # fully_shard never applied: the model stays whole on every rank",
         select="regression-cpu2-fsdp-fp32",

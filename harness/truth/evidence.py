@@ -5,9 +5,9 @@ bf16 tolerance of the golden (they do: fp32 results are within bf16 tolerance of
 The evidence comes from the rank (harness.rank.evidence, harness.rank.collectives): the strategy
 object, world size and device, the DeepSpeed engine's ZeRO stage, partitioned parameters and the
 settings in force, FSDP2's units, sharded parameters, mesh and resolved dtypes
-(harness.truth.fsdp_evidence), the dtype the first Linear layer computed in and the dtype of the first gradient
-that flowed back into a Linear layer, how gradients were reduced across ranks, and the loss
-scales the run recorded. Each check below returns one sentence, or None when that piece agrees;
+(harness.truth.fsdp_evidence), the dtype the first Linear layer computed in and the dtype of the
+first gradient that flowed back into a Linear layer, how gradients were reduced across ranks,
+and the loss scales the run recorded. Each check below returns one sentence, or None when that piece agrees;
 the first sentence fails the cell.
 """
 
@@ -17,10 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.spec.cell import Cell
+from harness.truth.dtype_names import COMPUTE_DTYPES
 from harness.truth.fsdp_evidence import fsdp_mismatch, missing_fields
 from harness.truth.record import Record
 
-ACTIVATION_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+ACTIVATION_DTYPES = COMPUTE_DTYPES  # the dtype the first Linear must compute in
 # The torch.distributed calls that reduce gradients (DeepSpeed's road; DDP's reducer is C++ and
 # is judged by gradient agreement instead).
 # FSDP2 reduce-scatters through reduce_scatter_single.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.spec.cell import Cell
+from harness.truth.dtype_names import COMPUTE_DTYPES
 
 # Every field an fsdp cell's evidence["fsdp"] must hold (missing evidence is a failure).
 FSDP_FIELDS = ("units", "parameters", "sharded_parameters", "plain_parameters", "mesh_sizes",
@@ -80,9 +81,7 @@ def _elements(cell: Cell, fsdp: dict[str, Any], asked: str) -> str | None:
 
 
 def _dtypes(cell: Cell, fsdp: dict[str, Any], asked: str) -> str | None:
-    from harness.truth.evidence import ACTIVATION_DTYPES  # here: that module imports this one
-
-    wanted = ACTIVATION_DTYPES[cell.precision]
+    wanted = COMPUTE_DTYPES[cell.precision]
     if fsdp.get("param_dtype") != wanted:
         return f"{asked}, FSDP2 computed with parameters in {fsdp.get('param_dtype')}"
     if fsdp.get("reduce_dtype") != REDUCE_DTYPE:

@@ -45,7 +45,8 @@ def _as_fsdp(record: Record, precision: str = "fp32", **changes: Any) -> Record:
     record = copy.deepcopy(record)
     evidence = record.meta["evidence"]
     half = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[precision]
-    evidence.update(strategy="fsdp", strategy_class="FSDPStrategy", model_class="FSDPClassifier", world_size=2,
+    evidence.update(strategy="fsdp", strategy_class="FSDPStrategy", model_class="FSDPClassifier",
+                    world_size=2,
                     collectives={"all_gather_single": 48, "reduce_scatter_single": 32},
                     collective_elements={"all_gather_single": 8288, "reduce_scatter_single": 5472},
                     activation_dtype=half, activation_grad_dtype=half)
@@ -65,19 +66,23 @@ def test_asked_for_fsdp_but_ddp_ran_fails_on_evidence(fp32_single: Record) -> No
     record.meta["evidence"].update(strategy="ddp", strategy_class="DDPStrategy", world_size=2,
                                    model_class="DistributedDataParallel", collectives={},
                                    collective_elements={}, gradients_agreed={"steps": 8, "agreed": 8})
-    assert evidence_mismatch(FSDP_FP32, record) == "asked for fsdp fp32 on cpu2, the run had ddp (DDPStrategy)"
+    assert evidence_mismatch(FSDP_FP32, record) == (
+        "asked for fsdp fp32 on cpu2, the run had ddp (DDPStrategy)")
     # The same when the core's FSDPStrategy object is there but built DDP under it.
     record.meta["evidence"]["strategy_class"] = "FSDPStrategy"
-    assert evidence_mismatch(FSDP_FP32, record) == "asked for fsdp fp32 on cpu2, the run had ddp (FSDPStrategy)"
+    assert evidence_mismatch(FSDP_FP32, record) == (
+        "asked for fsdp fp32 on cpu2, the run had ddp (FSDPStrategy)")
 
 
 def test_the_strategy_says_fsdp_but_no_unit_was_made_fails_on_evidence(fp32_single: Record) -> None:
     record = _as_fsdp(fp32_single)
     del record.meta["evidence"]["fsdp"]
-    assert evidence_mismatch(FSDP_FP32, record) == ("asked for fsdp fp32 on cpu2, the run had no FSDP2 units "
+    assert evidence_mismatch(FSDP_FP32, record) == (
+        "asked for fsdp fp32 on cpu2, the run had no FSDP2 units "
                                                    "(FSDPStrategy ran)")
     record = _as_fsdp(fp32_single, units=0)
-    assert evidence_mismatch(FSDP_FP32, record) == ("asked for fsdp fp32 on cpu2, fully_shard made no module "
+    assert evidence_mismatch(FSDP_FP32, record) == (
+        "asked for fsdp fp32 on cpu2, fully_shard made no module "
                                                    "of the model an FSDP unit")
 
 
@@ -96,22 +101,28 @@ def test_an_unsharded_model_fails_on_evidence(fp32_single: Record) -> None:
 
 def test_sharded_over_the_wrong_mesh_or_not_split_fails_on_evidence(fp32_single: Record) -> None:
     record = _as_fsdp(fp32_single, mesh_sizes=[1])
-    assert evidence_mismatch(FSDP_FP32, record) == ("asked for fsdp fp32 on cpu2, the parameters were sharded "
+    assert evidence_mismatch(FSDP_FP32, record) == (
+        "asked for fsdp fp32 on cpu2, the parameters were sharded "
                                                    "over mesh size(s) [1]")
     record = _as_fsdp(fp32_single, local_elements=517)
-    assert evidence_mismatch(FSDP_FP32, record) == ("asked for fsdp fp32 on cpu2, rank 0 held 517 of the "
-                                                   "model's 517 parameter elements: nothing was split across ranks")
+    assert evidence_mismatch(FSDP_FP32, record) == (
+        "asked for fsdp fp32 on cpu2, rank 0 held 517 of the "
+                                                   "model's 517 parameter elements: nothing was split "
+                                                   "across ranks")
 
 
 def test_fsdp_dtypes_other_than_the_precision_means_fail_on_evidence(fp32_single: Record) -> None:
     record = _as_fsdp(fp32_single, "bf16", param_dtype="float32")
-    assert evidence_mismatch(FSDP_BF16, record) == ("asked for fsdp bf16 on cpu2, FSDP2 computed with "
+    assert evidence_mismatch(FSDP_BF16, record) == (
+        "asked for fsdp bf16 on cpu2, FSDP2 computed with "
                                                    "parameters in float32")
     record = _as_fsdp(fp32_single, "bf16", reduce_dtype="bfloat16")
-    assert evidence_mismatch(FSDP_BF16, record) == ("asked for fsdp bf16 on cpu2, FSDP2 reduce-scattered "
+    assert evidence_mismatch(FSDP_BF16, record) == (
+        "asked for fsdp bf16 on cpu2, FSDP2 reduce-scattered "
                                                    "gradients in bfloat16")
     record = _as_fsdp(fp32_single, "bf16", output_dtype="none")
-    assert evidence_mismatch(FSDP_BF16, record) == ("asked for fsdp bf16 on cpu2, FSDP2's root unit cast its "
+    assert evidence_mismatch(FSDP_BF16, record) == (
+        "asked for fsdp bf16 on cpu2, FSDP2's root unit cast its "
                                                    "outputs to none")
 
 
@@ -119,7 +130,8 @@ def test_fsdp_that_reduce_scattered_no_gradient_fails_on_evidence(fp32_single: R
     record = _as_fsdp(fp32_single)
     record.meta["evidence"]["collective_elements"] = {"all_gather_single": 8288}
     mismatch = str(evidence_mismatch(FSDP_FP32, record))
-    assert mismatch.startswith("asked for fsdp fp32 on cpu2, gradients were not reduced across ranks"), mismatch
+    assert mismatch.startswith("asked for fsdp fp32 on cpu2, gradients were not reduced across "
+                               "ranks"), mismatch
     assert f"fewer than {341 * len(record.lrs)} = trainable elements" in mismatch
 
 
@@ -159,5 +171,6 @@ def test_a_model_fully_shard_never_touched_fails_saying_what_ran(fp32_single: Re
     for key in ("param_dtype", "reduce_dtype", "output_dtype"):
         del evidence["fsdp"][key]
     evidence.update(strategy="single", model_class="Classifier")
-    assert evidence_mismatch(FSDP_FP32, record) == ("asked for fsdp fp32 on cpu2, the run had single "
+    assert evidence_mismatch(FSDP_FP32, record) == (
+        "asked for fsdp fp32 on cpu2, the run had single "
                                                    "(FSDPStrategy)")
