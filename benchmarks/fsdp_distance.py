@@ -2,8 +2,8 @@
 of each tolerance family ("plain", "zero") the fsdp cells use: the figures behind fsdp's family
 in harness/spec/tolerances.py and the table of docs/fsdp.md ("FSDP in the matrix").
 
-    python -m harness run -k "cpu2 and (ddp or zero3 or fsdp)" --report-dir /tmp/all
-    python benchmarks/fsdp_distance.py /tmp/all
+    python -m harness run -k "cpu2 and (ddp or zero3 or fsdp)" --report-dir REPORT_DIR
+    python benchmarks/fsdp_distance.py REPORT_DIR
 
 Per (task, precision): the max |run - golden| over losses, eval outputs and final weights of each
 strategy's record (cells that trained; a cell that raised has none), and for fsdp the worst share
