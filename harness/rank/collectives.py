@@ -8,6 +8,9 @@ Two views, because the backends reach the process group by two roads:
   made, so those attributes of the backend object are wrapped too. Besides the calls, the
   elements each moved are summed: the one-element all-reduces of a gradient norm or an overflow
   flag must not pass for a gradient reduction.
+- FSDP2 calls `torch.distributed.all_gather_single` / `reduce_scatter_single` through Python at
+  call time too: counted the same way (its gradients are shards, different on every rank by
+  design, so the agreement check below does not apply to it).
 - DDP's reducer calls the process group from C++: nothing Python can wrap sees it. Its evidence
   is the result instead: after the backward of an accumulation boundary every rank must hold the
   very same gradients (an all-reduce leaves bit-identical sums on every rank; ranks that trained
@@ -28,8 +31,11 @@ import torch.distributed as dist
 from torch import nn
 
 # The torch.distributed entry points a backend may reduce or gather gradients with.
+# FSDP2 (torch 2.13) calls all_gather_single / reduce_scatter_single through torch.distributed at
+# call time, so wrapping them counts its parameter gathers and gradient reduce-scatters.
 COUNTED = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather", "all_gather_into_tensor",
-           "reduce", "broadcast", "all_to_all_single", "all_reduce_coalesced")
+           "reduce", "broadcast", "all_to_all_single", "all_reduce_coalesced", "all_gather_single",
+           "reduce_scatter_single")
 
 
 class CollectiveCounter:

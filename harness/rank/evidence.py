@@ -18,6 +18,7 @@ from torch import nn
 
 import accelerate_core
 from accelerate_core import Accelerator
+from harness.rank.fsdp_evidence import fsdp_evidence
 from harness.truth.autocast_site import AutocastSite, floating_output, no_site_statement
 
 # The DeepSpeed config keys worth recording: what decides partitioning, precision, clipping.
@@ -102,16 +103,24 @@ def what_ran(accelerator: Accelerator, model: nn.Module) -> dict[str, Any]:
     }
     if engine is not None:
         evidence["deepspeed"] = _deepspeed_evidence(engine)
+    sharded = fsdp_evidence(strategy, model)
+    if sharded is not None:
+        evidence["fsdp"] = sharded
     return evidence
 
 
 def _backend_that_ran(model: nn.Module, engine: Any) -> str:
     """zero1-3 from the engine's own ZeRO stage, ddp when the model is wrapped in
-    DistributedDataParallel, single otherwise."""
+    DistributedDataParallel, fsdp when fully_shard made the model an FSDP module (FSDP2 has no
+    wrapper: the class of the model itself changes), single otherwise."""
+    from torch.distributed.fsdp import FSDPModule
+
     if engine is not None:
         return f"zero{int(engine.zero_optimization_stage())}"
     if isinstance(model, nn.parallel.DistributedDataParallel):
         return "ddp"
+    if isinstance(model, FSDPModule):
+        return "fsdp"
     return "single"
 
 

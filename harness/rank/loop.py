@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from accelerate_core import Accelerator, DeepSpeedPlugin
+from accelerate_core import Accelerator, DeepSpeedPlugin, FSDPPlugin
 from harness.rank.collectives import CollectiveCounter, gradients_agree_across_ranks
 from harness.rank.evidence import watching_activations, what_ran
 from harness.rank.phases import PhaseTimer
@@ -39,9 +39,11 @@ FORCE_ZERO3_PARTITIONING = {"zero_optimization": {
 
 def train_with_core(task: Task, *, precision: str, cpu: bool, zero_stage: int | None,
                     cpu_fp16_emulation: bool = False, span: RunSpan | None = None,
-                    timer: PhaseTimer | None = None) -> Record | None:
+                    timer: PhaseTimer | None = None, fsdp: bool = False) -> Record | None:
     """Train `task` (the part of its run `span` says: harness.rank.resume); return the Record on
-    the main process, None on the others. `timer` hears where the time went (--profile)."""
+    the main process, None on the others. `timer` hears where the time went (--profile).
+    `fsdp`: shard with FSDP2 (FSDPPlugin's defaults, as `launch --backend fsdp` gives a script
+    that passes no plugin); the user loop below is the same for every backend."""
     timer = timer or PhaseTimer()
     torch.manual_seed(task.seed)  # a clean RNG per cell, even when cells share a process
     plugin = None
@@ -51,7 +53,7 @@ def train_with_core(task: Task, *, precision: str, cpu: bool, zero_stage: int | 
     accelerator = Accelerator(
         mixed_precision="no" if precision == "fp32" else precision, cpu=cpu,
         gradient_accumulation_steps=task.gradient_accumulation_steps, deepspeed_plugin=plugin,
-        **_task_accelerator_options(task),
+        fsdp_plugin=FSDPPlugin() if fsdp else None, **_task_accelerator_options(task),
     )
     try:
         return _run(accelerator, task, precision, span or RunSpan(), timer)
@@ -66,6 +68,13 @@ def _task_accelerator_options(task: Task) -> dict[str, Any]:
     the Accelerator exactly as the user loop does. (Typed Any: Accelerator's keyword arguments
     are not all switches, e.g. fsdp_plugin.)"""
     return {"sync_batchnorm": True} if getattr(task, "sync_batchnorm", False) else {}
+
+
+def _sharded(model: torch.nn.Module) -> bool:
+    """Some parameter of the prepared model is a DTensor (FSDP2 sharded it)."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
 
 
 def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan,
@@ -94,7 +103,9 @@ def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan,
     draws = RandomDraws(accelerator.device)
     counter = CollectiveCounter()
     agreed: list[bool] = []  # per optimizer step: did every rank hold the same gradients?
-    checks_gradients = getattr(accelerator.strategy, "engine", None) is None  # ZeRO owns its grads
+    # ZeRO owns its gradients; FSDP2's are this rank's shard (DTensors), different on every rank
+    # by design: both are judged by the elements they reduce-scattered instead.
+    checks_gradients = getattr(accelerator.strategy, "engine", None) is None and not _sharded(model)
     model.train()
     with watching_activations(model, seen, autocast_site(task)), counter.installed():
         for _epoch in range(first_epoch, task.epochs):

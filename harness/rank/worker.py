@@ -132,6 +132,7 @@ def run_cell(cell: Cell, emulated: bool, records_dir: Path, timer: PhaseTimer | 
         precision=cell.precision,
         cpu=cell.device == "cpu",
         zero_stage=cell.zero_stage,
+        fsdp=cell.is_fsdp,
         cpu_fp16_emulation=emulated,
         span=span_of(cell, records_dir),  # a resume source or destination: harness.rank.resume
         timer=timer,

@@ -6,8 +6,9 @@ imitates. The checkpoint entries (checkpoints.py) are kept apart: that code is b
 and a patch that stops applying must show up as a catalog error there, not here.
 
 FAST: the subset CI runs through tests/harness/sensitivity (about a minute, one launch each):
-the two evidence faults of issue 14 (ZeRO-3 silently run as DDP; fp16 autocast disabled) and DDP
-that never all-reduces. The numeric catches run in the full catalog (`nox -s sensitivity`).
+the two evidence faults of issue 14 (ZeRO-3 silently run as DDP; fp16 autocast disabled), DDP
+that never all-reduces, and the fsdp plugin silently building DDP. The numeric catches run in
+the full catalog (`nox -s sensitivity`).
 """
 
 from __future__ import annotations
@@ -318,6 +319,37 @@ CORE_BUGS: tuple[Bug, ...] = (
         imitates="the user's lr scheduler handed to the DeepSpeed engine, which steps it inside "
                  "engine.step() while the loop steps it too (lr advanced twice per step)",
     ),
+    # ------------------------------------------------------------------ FSDP2
+    Bug(
+        name="fsdp_plugin_builds_ddp",
+        area="fsdp",
+        file="connector.py",
+        search=("        name = backend\n        strategy_cls = load_strategy_class(name)\n"
+                "        strategy = strategy_cls(process, "
+                "build_precision(backend, precision_name, process),  "
+                "# type: ignore[call-arg]\n                                plugin=fsdp)"),
+        replace=("        name = \"ddp\"  # the plugin was checked, then DDP built: FSDP never runs\n"
+                 "        strategy_cls = load_strategy_class(name)\n"
+                 "        strategy = strategy_cls(process, build_precision(name, precision_name, process))"),
+        # fp32: FSDP2 and DDP are the same math there, so only the evidence can tell them apart.
+        select="regression-cpu2-fsdp-fp32",
+        imitates="an FSDP config accepted and then ignored: the backend falls back to plain data "
+                 "parallelism (the way a DeepSpeed plugin is ignored with cpu=True, measured with "
+                 "accelerate 1.15.0 for DeepSpeed): every rank keeps the whole model, nothing is sharded",
+    ),
+    Bug(
+        name="fsdp_fully_shard_skipped",
+        area="fsdp",
+        file="strategies/fsdp_wrap.py",
+        search=("        fully_shard(modules[name], mesh=mesh, "
+                "reshard_after_forward=plugin.reshard_after_forward,\n"
+                "                    mp_policy=precision.policy(root), offload_policy=offload)"),
+        replace="        pass  # fully_shard never applied: the model stays whole on every rank",
+        select="regression-cpu2-fsdp-fp32",
+        imitates="the wrapping step silently skipped (fully_shard behind a condition that is false, "
+                 "no root unit): the strategy reports units while the model trains whole and "
+                 "unreduced on every rank",
+    ),
 )
 
 CATALOG: tuple[Bug, ...] = CORE_BUGS + CHECKPOINT_BUGS
@@ -326,6 +358,7 @@ FAST: tuple[str, ...] = (
     "deepspeed_ignored_on_cpu",
     "fp16_autocast_off_on_cpu",
     "ddp_never_syncs",
+    "fsdp_plugin_builds_ddp",  # FSDP is part of torch: runs where deepspeed is absent too
 )
 
 

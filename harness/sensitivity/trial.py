@@ -113,8 +113,9 @@ def _refuse_unproven_before_running(bug: Bug, control: Control) -> None:
         if status != "passed" and keyword_matches(cell, bug.select):
             failing.append(cell_id)
     if failing:
-        raise CatalogError(f"{bug.name}: cell(s) {', '.join(sorted(failing))} did not pass in the control run "
-                           f"(unpatched: {', '.join(control.statuses[c] for c in sorted(failing))})")
+        failing.sort()
+        raise CatalogError(f"{bug.name}: cell(s) {', '.join(failing)} did not pass in the control run "
+                           f"(unpatched: {', '.join(control.statuses[c] for c in failing)})")
 
 
 def _run_cells(name: str, select: str, workdir: Path, timeout_s: float, keep: Path | None, *,

@@ -23,6 +23,9 @@ from harness.spec.cell import Cell, ResumeCell
 # worker's gc.freeze. Only their ratios matter for the balance; a GPU matrix keeps the ratios.
 STRATEGY_SECONDS: dict[str, float] = {
     "single": 0.09, "ddp": 0.19, "zero1": 0.37, "zero2": 0.28, "zero3": 0.57,
+    # fsdp: measured later, in one cpu2 run beside ddp and zero3 (mean 1.35 s a cell against 0.36
+    # and 1.68 s on a busier machine), scaled to this table by their two entries.
+    "fsdp": 0.50,
 }
 # One launch's start-up (imports, process group, first initialize): 7-10 s on that machine. Every
 # shard that takes cells of a launch shape pays it again, which is why shapes stay whole when

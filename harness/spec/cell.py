@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast, get_args
 
 Device = Literal["cpu", "cuda"]
-StrategyName = Literal["single", "ddp", "zero1", "zero2", "zero3"]
+StrategyName = Literal["single", "ddp", "zero1", "zero2", "zero3", "fsdp"]
 Precision = Literal["fp32", "fp16", "bf16"]
 
 TASK_NAME = re.compile(r"^[a-z0-9_]+$")
@@ -28,7 +28,7 @@ STRATEGIES: tuple[StrategyName, ...] = get_args(StrategyName)
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 CELL_ID = re.compile(
     r"^(?P<task>[a-z0-9_]+)-(?P<device>cpu|cuda)(?P<processes>[0-9]+)-"
-    r"(?P<strategy>single|ddp|zero1|zero2|zero3)-(?P<precision>fp32|fp16|bf16)$"
+    r"(?P<strategy>single|ddp|zero1|zero2|zero3|fsdp)-(?P<precision>fp32|fp16|bf16)$"
 )
 
 
@@ -49,6 +49,11 @@ class Cell:
         return self.strategy.startswith("zero")
 
     @property
+    def is_fsdp(self) -> bool:
+        """FSDP2 (torch's fully_shard): part of torch, so it needs no deepspeed."""
+        return self.strategy == "fsdp"
+
+    @property
     def zero_stage(self) -> int | None:
         return int(self.strategy[4:]) if self.is_deepspeed else None
 
@@ -65,6 +70,8 @@ class Cell:
             marks.append("deepspeed")
         if self.strategy == "ddp":
             marks.append("ddp")
+        if self.is_fsdp:
+            marks.append("fsdp")
         if self.device == "cuda":
             marks.append("gpu" if self.processes == 1 else "multi_gpu")
         if self.precision in ("fp16", "bf16"):
@@ -95,7 +102,7 @@ class Cell:
 RESUME_SEPARATOR = ":"  # source:destination; pytest's -k grammar allows ':' in a name, not '>'
 GOLDEN_SOURCE = "golden"  # the source of a resume cell whose checkpoint the reference wrote
 SHAPE_STRATEGY = re.compile(
-    r"^(?P<device>cpu|cuda)(?P<processes>[0-9]+)-(?P<strategy>single|ddp|zero1|zero2|zero3)$")
+    r"^(?P<device>cpu|cuda)(?P<processes>[0-9]+)-(?P<strategy>single|ddp|zero1|zero2|zero3|fsdp)$")
 
 
 @dataclass(frozen=True)

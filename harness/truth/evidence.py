@@ -4,11 +4,12 @@ bf16 tolerance of the golden (they do: fp32 results are within bf16 tolerance of
 
 The evidence comes from the rank (harness.rank.evidence, harness.rank.collectives): the strategy
 object, world size and device, the DeepSpeed engine's ZeRO stage, partitioned parameters and the
-settings in force, the dtype the task's autocast site computed in (the first module autocast acts
-on: harness.truth.autocast_site) and the dtype of the first gradient that flowed back into such a
-module's output, how gradients were reduced across ranks, and the loss scales the run recorded.
-Each check below returns one sentence, or None when that piece agrees; the first sentence fails
-the cell.
+settings in force, FSDP2's units, sharded parameters, mesh and resolved dtypes
+(harness.truth.fsdp_evidence), the dtype the task's autocast site computed in (the first module
+autocast acts on: harness.truth.autocast_site) and the dtype of the first gradient that flowed
+back into such a module's output, how gradients were reduced across ranks, and the loss scales
+the run recorded. Each check below returns one sentence, or None when that piece agrees; the
+first sentence fails the cell.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from typing import Any
 
 from harness.spec.cell import Cell
 from harness.truth.autocast_site import AutocastSite, autocast_site
+from harness.truth.dtype_names import COMPUTE_DTYPES
+from harness.truth.fsdp_evidence import fsdp_mismatch, missing_fields
 from harness.truth.record import Record
 
-ACTIVATION_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+ACTIVATION_DTYPES = COMPUTE_DTYPES  # the dtype the task's autocast site must compute in
 # The torch.distributed calls that reduce gradients (DeepSpeed's road; DDP's reducer is C++ and
 # is judged by gradient agreement instead).
+# FSDP2 reduce-scatters through reduce_scatter_single.
 GRADIENT_REDUCTIONS = ("all_reduce", "all_reduce_coalesced", "reduce_scatter", "reduce_scatter_tensor",
-                       "reduce")
+                       "reduce", "reduce_scatter_single")
 
 Check = Callable[[Cell, Record, dict[str, Any], str], "str | None"]
 
@@ -54,6 +58,8 @@ def _missing(cell: Cell, record: Record, evidence: dict[str, Any], asked: str) -
             missing.append("deepspeed")
         else:
             missing += [f"deepspeed.{key}" for key in DEEPSPEED_FIELDS if not _present(engine, key)]
+    if cell.is_fsdp:  # an absent block: fsdp_mismatch's "the run had no FSDP2 units"
+        missing += missing_fields(evidence)
     if not missing:
         return None
     return (f"{asked}: the record has no evidence of {', '.join(missing)} "
@@ -77,8 +83,11 @@ def required_fields(cell: Cell, task_name: str) -> tuple[str, ...]:
     fields = list(ALWAYS_REQUIRED)  # (an absent engine is _backend's: "the run had no DeepSpeed engine")
     if cell.processes > 1:
         fields += ["collectives", "collective_elements"]
-        if not cell.is_deepspeed:  # DDP's reducer is C++: judged by the ranks' gradients agreeing
+        if not cell.is_deepspeed and not cell.is_fsdp:
+            # DDP's reducer is C++: judged by the ranks' gradients agreeing (FSDP2's gradients
+            # are shards, different on every rank: judged by the elements reduce-scattered).
             fields.append("gradients_agreed")
+    # (An absent "fsdp" block is _backend's, as an absent engine is: "the run had no FSDP2 units".)
     if autocast_acts(task_name):  # where autocast and half-precision casts show
         fields += ["activation_dtype", "activation_grad_dtype"]
     return tuple(fields)
@@ -113,6 +122,9 @@ def _backend(cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) 
         return f"{asked}, the run had {evidence.get('strategy')} ({evidence.get('strategy_class')})"
     if evidence.get("world_size") != cell.processes or evidence.get("device") != cell.device:
         return f"{asked}, the run had {evidence.get('device')}{evidence.get('world_size')}"
+    sharding = fsdp_mismatch(cell, evidence, asked)
+    if sharding is not None:
+        return sharding
     if deepspeed is not None:
         if deepspeed.get("zero_stage") != cell.zero_stage:
             return f"{asked}, the engine ran ZeRO stage {deepspeed.get('zero_stage')}"
@@ -149,8 +161,11 @@ def _gradient_reduction(cell: Cell, record: Record, evidence: dict[str, Any], as
     if cell.processes < 2:
         return None  # one process reduces nothing
     counts = evidence["collectives"]  # required of 2+ processes: _missing saw to that
-    if cell.is_deepspeed:
-        deepspeed = evidence["deepspeed"]  # a table: _backend and _missing saw to that
+    if cell.is_deepspeed or cell.is_fsdp:
+        # The DeepSpeed engine and FSDP2 reduce through Python, where the calls are counted; each
+        # block says how many trainable elements a step must reduce (a table with that field:
+        # _backend and _missing saw to that).
+        owner = evidence["deepspeed"] if cell.is_deepspeed else evidence["fsdp"]
         # Every optimizer step reduces at least its trainable elements once (more with
         # accumulation or padding); the one-element all-reduces of a norm or an overflow flag
         # do not add up to that.
@@ -160,7 +175,7 @@ def _gradient_reduction(cell: Cell, record: Record, evidence: dict[str, Any], as
         resumed = evidence.get("resume") or {}
         done_before = resumed.get("resumed_after_step", 0) if isinstance(resumed, dict) else 0
         steps = len(record.lrs) - int(done_before)
-        needed = int(deepspeed["trainable_elements"]) * steps
+        needed = int(owner["trainable_elements"]) * steps
         if reduced < needed:
             return (f"{asked}, gradients were not reduced across ranks on every step ({reduced} "
                     f"elements all-reduced or reduce-scattered in backward and optimizer.step, "

@@ -6,6 +6,10 @@ output made by a final fp32 op (a scale, a sum) is fp32 in the golden. DeepSpeed
 modes keep the whole model in the half dtype (its documented semantics), so every floating output
 of such a cell is half: that is the dtype to demand there. Demanding it, rather than ignoring the
 difference, keeps the check sharp: a DeepSpeed bf16 cell whose outputs came back fp32 ran fp32.
+FSDP2 under a half policy computes every layer in the half dtype too, but the core gives the
+root unit `output_dtype=float32` (accelerate_core/precision/fsdp.py, docs/fsdp.md), so its
+outputs come back fp32 whatever the golden's last op made: that is the dtype to demand there (an
+fsdp bf16 cell whose logits came back bf16 did not run the core's policy).
 The state dict a backend hands out is always compared in the golden's dtype (fp32).
 """
 
@@ -26,4 +30,6 @@ def expected_output_dtype(cell: Cell) -> torch.dtype | None:
     golden's own."""
     if cell.is_deepspeed and cell.precision in HALF_DTYPES:
         return HALF_DTYPES[cell.precision]
+    if cell.is_fsdp and cell.precision in HALF_DTYPES:
+        return torch.float32  # the root unit's output_dtype
     return None

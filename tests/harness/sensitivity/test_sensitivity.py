@@ -4,7 +4,8 @@ copy of the core and run through `python -m harness run`:
 
 - a cell that asks for ZeRO-3 but silently runs DDP fails on evidence, not on numbers;
 - an fp16 cell whose autocast is disabled fails on evidence;
-- DDP that never all-reduces fails on evidence (the ranks' gradients disagree).
+- DDP that never all-reduces fails on evidence (the ranks' gradients disagree);
+- a cell that asks for fsdp but whose core builds DDP fails on evidence.
 
 The full catalog runs through `nox -s sensitivity` (docs/sensitivity.md).
 """
@@ -79,6 +80,7 @@ _EVIDENCE = {
     "fp16_autocast_off_on_cpu": "evidence: asked for single fp16 on cpu1, the first module autocast acts on, "
                                 "embed (Linear), computed in float32",
     "ddp_never_syncs": "evidence: asked for ddp fp32 on cpu2, gradients were never all-reduced",
+    "fsdp_plugin_builds_ddp": "evidence: asked for fsdp fp32 on cpu2, the run had ddp (DDPStrategy)",
 }
 
 

@@ -32,7 +32,7 @@ def test_repository_matrix_has_at_least_40_cpu_cells_when_three_tasks_are_listed
         pytest.skip(f"task axis lists {tasks}; the count target needs 3 tasks")
     cpu = [c for c in matrix.cells if c.device == "cpu"]
     assert len(cpu) >= 40
-    assert {c.strategy for c in cpu} == {"single", "ddp", "zero1", "zero2", "zero3"}
+    assert {c.strategy for c in cpu} == {"single", "ddp", "zero1", "zero2", "zero3", "fsdp"}
 
 
 def test_product_of_axes_and_shapes(tmp_path: Path) -> None:
