@@ -14,8 +14,9 @@ from tests.accelerate_core.commands.test_launch_training import (
     launch_mission,
 )
 
-# FSDP is part of torch: the same outcome with and without deepspeed.
-pytestmark = [pytest.mark.fsdp, pytest.mark.slow, pytest.mark.nodeepspeed]
+# FSDP is part of torch: the same outcome with and without deepspeed, so tests(deepspeed) runs it
+# once (the deepspeed-absent environment trains FSDP2 through its matrix cells).
+pytestmark = [pytest.mark.fsdp, pytest.mark.slow]
 
 
 def test_mission_loop_under_fsdp_matches_plain_pytorch(tmp_path: Path) -> None:
