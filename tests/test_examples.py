@@ -1,7 +1,11 @@
 """examples/train.py, the user loop of docs/the-user-loop.md, runs unchanged through
-`accelerate-core launch` on one process, on two with DDP, under DeepSpeed ZeRO-3 and under FSDP2,
-and every backend saves the same full state dict (fp32, so to torch.testing's fp32 tolerance).
-The one-process run they are compared with is launched once for the module: four launches in all."""
+`accelerate-core launch` on one process, on two with DDP and under DeepSpeed ZeRO-3, and every
+backend saves the same full state dict (fp32, so to torch.testing's fp32 tolerance). The
+one-process run they are compared with is launched once for the module: three launches in all.
+
+FSDP2 is not repeated here: at fp32 its weights equal DDP's, so this comparison could not tell
+that it ran. tests/accelerate_core/commands/test_fsdp_launch.py launches the user loop with
+`--backend fsdp` and checks both what ran (read back from the Accelerator) and the numbers."""
 
 from __future__ import annotations
 
@@ -21,7 +25,6 @@ BACKENDS = {
     "single": (["--num-processes", "1"], 8),
     "ddp": (["--num-processes", "2", "--backend", "ddp"], 4),
     "zero3": (["--num-processes", "2", "--backend", "deepspeed", "--zero-stage", "3"], 4),
-    "fsdp": (["--num-processes", "2", "--backend", "fsdp"], 4),
 }
 
 pytestmark = pytest.mark.slow
@@ -60,11 +63,3 @@ def test_the_example_under_zero3_saves_the_full_weights(
     zero3 = _train(tmp_path, "zero3")
     assert {k: v.shape for k, v in zero3.items()} == {k: v.shape for k, v in single.items()}
     assert_close(zero3, single, rtol=1.3e-6, atol=1e-5)
-
-
-@pytest.mark.fsdp
-def test_the_example_under_fsdp_saves_the_full_weights(
-        tmp_path: Path, single: dict[str, torch.Tensor]) -> None:
-    fsdp = _train(tmp_path, "fsdp")
-    assert {k: v.shape for k, v in fsdp.items()} == {k: v.shape for k, v in single.items()}
-    assert_close(fsdp, single, rtol=1.3e-6, atol=1e-5)

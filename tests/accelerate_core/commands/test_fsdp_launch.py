@@ -12,6 +12,7 @@ from tests.accelerate_core.commands.test_launch_training import (
     WORLD,
     assert_same_as_plain_pytorch,
     launch_mission,
+    mission_parts,
 )
 
 # FSDP is part of torch: the same outcome with and without deepspeed, so tests(deepspeed) runs it
@@ -24,3 +25,8 @@ def test_mission_loop_under_fsdp_matches_plain_pytorch(tmp_path: Path) -> None:
     resolved = (produced["num_processes"], produced["backend"], produced["strategy"], produced["device"])
     assert resolved == (WORLD, "fsdp", "fsdp", "cpu")
     assert_same_as_plain_pytorch(produced)
+    # The full state dict the script saved loads into the user's plain module, every key in place.
+    plain = mission_parts.build(mission_parts.BATCH_PER_RANK)[0]
+    state = produced["state_dict"]
+    assert isinstance(state, dict)
+    plain.load_state_dict(state, strict=True)
