@@ -1,9 +1,10 @@
 """Judging an fsdp cell's evidence (harness.rank.fsdp_evidence): FSDP2 really sharded the model
 over all the cell's processes, every parameter, and computed and reduced in the dtypes the
 cell's precision means for FSDP2 (docs/fsdp.md: compute in the half dtype, reduce-scatter in
-fp32, the root's outputs in fp32; BatchNorm units, when the model has any, compute in fp32). A cell that asked for fsdp and ran DDP, ran unsharded, or
-sharded only part of the model fails here, whatever its numbers (fp32 training is the same
-math on any backend, so numbers alone could not tell).
+fp32, the root's outputs in fp32; BatchNorm units, when the model has any, in fp32). A cell
+that asked for fsdp and ran DDP, ran unsharded, or sharded only part of the model fails here,
+whatever its numbers (fp32 training is the same math on any backend, so numbers alone could
+not tell).
 """
 
 from __future__ import annotations

@@ -128,7 +128,8 @@ def test_batchnorm_units_compute_in_fp32_and_hand_back_the_half_dtype(precision:
     fsdp = FSDPPrecision(precision, torch.device("cpu"))
     half = fsdp.param_dtype
     policy = fsdp.policy(root=False, fp32=True)
-    assert (policy.param_dtype, policy.reduce_dtype, policy.output_dtype) == (torch.float32, torch.float32, half)
+    assert (policy.param_dtype, policy.reduce_dtype, policy.output_dtype) == \
+        (torch.float32, torch.float32, half)
     assert policy.cast_forward_inputs  # its inputs arrive in the half dtype and are cast to fp32
     plain = fsdp.policy(root=False)
     assert (plain.param_dtype, plain.reduce_dtype, plain.output_dtype) == (half, torch.float32, None)

@@ -291,7 +291,8 @@ def test_tied_checkpoint_holds_both_names_as_ddp_writes_them(shared_launch_out: 
     saved = layout.read_tensors(shared_launch_out / "checks" / "tied_ckpt" / layout.model_file(0))
     assert saved.keys() == fsdp_checks.make_tied().state_dict().keys()
     assert torch.equal(saved["head.weight"], saved["embed.weight"])
-    assert_close(saved["embed.weight"], _plain_tied()["states"][fsdp_checks.STEPS - 1]["embed.weight"], **FP32)
+    plain = _plain_tied()["states"][fsdp_checks.STEPS - 1]
+    assert_close(saved["embed.weight"], plain["embed.weight"], **FP32)
 
 
 def _plain_batchnorm_bf16() -> list[float]:
@@ -320,7 +321,9 @@ def test_batchnorm_units_compute_in_fp32_under_bf16(shared_launch_out: Path) -> 
     bf16, fp32 = "torch.bfloat16", "torch.float32"
     assert record["forward_dtypes"] == {
         "0.0:Linear": (bf16, bf16),
-        "0.1:SyncBatchNorm": (fp32, fp32),  # weight and input fp32, like its running statistics
+        # fully_shard made the SyncBatchNorm an FSDP unit (its class FSDPSyncBatchNorm); weight
+        # and input fp32, like its running statistics.
+        "0.1:FSDPSyncBatchNorm": (fp32, fp32),
         "0.3:Linear": (bf16, bf16),  # the BatchNorm unit handed back bf16 inside the bf16 unit
     }
     assert_close(torch.tensor(record["losses"]), torch.tensor(_plain_batchnorm_bf16()), rtol=0, atol=5e-2)

@@ -114,7 +114,8 @@ def test_sharded_over_the_wrong_mesh_or_not_split_fails_on_evidence(fp32_single:
 def test_batchnorm_units_in_fp32_agree_and_in_the_half_dtype_fail(fp32_single: Record) -> None:
     # Under a half policy the core keeps BatchNorm units in fp32 (docs/fsdp.md); the rest of the
     # model must still compute in the half dtype.
-    assert evidence_mismatch(FSDP_BF16, _as_fsdp(fp32_single, "bf16", batchnorm_param_dtype="float32")) is None
+    record = _as_fsdp(fp32_single, "bf16", batchnorm_param_dtype="float32")
+    assert evidence_mismatch(FSDP_BF16, record) is None
     assert evidence_mismatch(FSDP_FP32, _as_fsdp(fp32_single, batchnorm_param_dtype="float32")) is None
     record = _as_fsdp(fp32_single, "bf16", batchnorm_param_dtype="bfloat16")
     assert evidence_mismatch(FSDP_BF16, record) == (
