@@ -13,6 +13,11 @@ What gets sharded is `wrap`:
 - a callable `wrap(name, module) -> bool`, asked for every submodule (`name` its qualified
   name in the model), innermost first; the root is always sharded last, so that no parameter
   is left as a plain tensor.
+
+On top of `wrap` (strategies/fsdp_wrap.py, docs/fsdp.md): the default leaves a child whose
+parameters are tied to a module outside it (an LM head tied to the embedding) to the root, and
+an explicit wrap that splits a tie is refused at prepare(); under fp16/bf16 every BatchNorm is
+a unit of its own computing in fp32.
 """
 
 from __future__ import annotations

@@ -39,14 +39,21 @@ class FSDPPrecision(Precision):
         self._registered: set[int] = set()  # optimizers the strategy set up
         self._stepped: set[int] = set()  # optimizers stepped since the last update()
 
-    def policy(self, root: bool) -> MixedPrecisionPolicy:
-        """The policy of one fully_shard unit; `root`: the outermost one (fp32 outputs)."""
+    def policy(self, root: bool, fp32: bool = False) -> MixedPrecisionPolicy:
+        """The policy of one fully_shard unit; `root`: the outermost one (fp32 outputs); `fp32`:
+        a unit that computes in fp32 under a half policy (a BatchNorm: its running statistics
+        are fp32 buffers, which batch_norm will not mix with half weights).
+
+        An fp32 unit gets its inputs cast to fp32 (FSDP's cast_forward_inputs) and casts its
+        outputs back to the half dtype, because the module after it may sit in the same half
+        unit (Linear, BatchNorm, Linear in one nn.Sequential), where no unit boundary casts."""
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
         if self.param_dtype is None:
             return MixedPrecisionPolicy()
-        return MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=torch.float32,
-                                    output_dtype=torch.float32 if root else None)
+        output = torch.float32 if root else (self.param_dtype if fp32 else None)
+        compute = torch.float32 if fp32 else self.param_dtype
+        return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32, output_dtype=output)
 
     def autocast(self) -> AbstractContextManager[Any]:
         if self.param_dtype is None:

@@ -8,7 +8,9 @@ strategy that sharded it, never from the cell's request (harness.truth.evidence 
 - the dtypes FSDP2 resolved from the MixedPrecisionPolicy each unit was given: the dtype the
   all-gathered parameters are cast to for compute (`param_dtype`, the original dtype when the
   policy leaves it None), the dtype gradients are reduce-scattered in (`reduce_dtype`, the compute
-  dtype when None), and the root's `output_dtype`.
+  dtype when None), and the root's `output_dtype`. BatchNorm units are read apart
+  (`batchnorm_param_dtype`, present only when the model has BatchNorm units): under a half
+  policy the core keeps them in fp32 (docs/fsdp.md), which must show, not blur the rest.
 
 FSDP2's per-unit state (`_get_fsdp_state`, its param groups and `FSDPParam`s) is not public API:
 where it cannot be read the field is absent, and the judge fails the cell for missing evidence
@@ -62,11 +64,15 @@ def fsdp_evidence(strategy: Any, model: nn.Module) -> dict[str, Any] | None:
 def _resolved_dtypes(units: Sequence[nn.Module]) -> dict[str, Any]:
     """The compute, reduce and root output dtypes FSDP2 resolved for the units' parameters (sets
     joined by '+', so one unit cast differently shows)."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
     param_dtypes: set[str] = set()
+    batchnorm_dtypes: set[str] = set()
     reduce_dtypes: set[str] = set()
     output_dtypes: set[str] = set()
     try:
         for unit in units:
+            computes = batchnorm_dtypes if isinstance(unit, _BatchNorm) else param_dtypes
             state = unit._get_fsdp_state()  # type: ignore[operator]
             policy = state._mp_policy
             if state._is_root:  # set at lazy init, i.e. by the first forward
@@ -74,14 +80,18 @@ def _resolved_dtypes(units: Sequence[nn.Module]) -> dict[str, Any]:
             for group in state._fsdp_param_groups:
                 for fsdp_param in group.fsdp_params:
                     compute = fsdp_param.param_dtype or fsdp_param.orig_dtype
-                    param_dtypes.add(_name(compute))
+                    computes.add(_name(compute))
                     reduce_dtypes.add(_name(fsdp_param.reduce_dtype or compute))
     except (AttributeError, AssertionError, TypeError):
         return {}  # FSDP2's internals moved: the dtype fields stay absent (missing evidence)
-    if not param_dtypes:
+    if not param_dtypes and not batchnorm_dtypes:
         return {}
-    return {"param_dtype": "+".join(sorted(param_dtypes)), "reduce_dtype": "+".join(sorted(reduce_dtypes)),
-            "output_dtype": "+".join(sorted(output_dtypes)) or "unknown"}
+    resolved = {"param_dtype": "+".join(sorted(param_dtypes)) or "none",
+                "reduce_dtype": "+".join(sorted(reduce_dtypes)),
+                "output_dtype": "+".join(sorted(output_dtypes)) or "unknown"}
+    if batchnorm_dtypes:
+        resolved["batchnorm_param_dtype"] = "+".join(sorted(batchnorm_dtypes))
+    return resolved
 
 
 def _name(dtype: torch.dtype) -> str:

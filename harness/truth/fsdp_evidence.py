@@ -1,9 +1,10 @@
 """Judging an fsdp cell's evidence (harness.rank.fsdp_evidence): FSDP2 really sharded the model
 over all the cell's processes, every parameter, and computed and reduced in the dtypes the
 cell's precision means for FSDP2 (docs/fsdp.md: compute in the half dtype, reduce-scatter in
-fp32, the root's outputs in fp32). A cell that asked for fsdp and ran DDP, ran unsharded, or
-sharded only part of the model fails here, whatever its numbers (fp32 training is the same
-math on any backend, so numbers alone could not tell).
+fp32, the root's outputs in fp32; BatchNorm units, when the model has any, in fp32). A cell
+that asked for fsdp and ran DDP, ran unsharded, or sharded only part of the model fails here,
+whatever its numbers (fp32 training is the same math on any backend, so numbers alone could
+not tell).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ FSDP_FIELDS = ("units", "parameters", "sharded_parameters", "plain_parameters", 
 # The dtype gradients are reduce-scattered in: the core asks for fp32 (precision/fsdp.py), and
 # with no policy FSDP2 reduces in the parameters' own fp32.
 REDUCE_DTYPE = "float32"
+# BatchNorm units compute in fp32 under every precision: the core gives them an fp32 policy under
+# a half one (their running statistics are fp32 buffers), and fp32 is fp32.
+BATCHNORM_DTYPE = "float32"
 
 
 def fsdp_mismatch(cell: Cell, evidence: dict[str, Any], asked: str) -> str | None:
@@ -84,6 +88,8 @@ def _dtypes(cell: Cell, fsdp: dict[str, Any], asked: str) -> str | None:
     wanted = COMPUTE_DTYPES[cell.precision]
     if fsdp.get("param_dtype") != wanted:
         return f"{asked}, FSDP2 computed with parameters in {fsdp.get('param_dtype')}"
+    if "batchnorm_param_dtype" in fsdp and fsdp["batchnorm_param_dtype"] != BATCHNORM_DTYPE:
+        return f"{asked}, FSDP2 computed BatchNorm units in {fsdp['batchnorm_param_dtype']}"
     if fsdp.get("reduce_dtype") != REDUCE_DTYPE:
         return f"{asked}, FSDP2 reduce-scattered gradients in {fsdp.get('reduce_dtype')}"
     # The root unit hands the user fp32 outputs under a half policy; without one, no cast at all.

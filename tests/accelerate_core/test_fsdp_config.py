@@ -82,6 +82,60 @@ def test_default_policy_shards_each_child_holding_parameters_then_the_root() -> 
     assert choose_units(model, chosen) == ["2.1", "2.0", ""]
 
 
+class _Tied(nn.Module):
+    """An embedding and an output head sharing one weight (as harness/tasks/lm.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(5, 4)
+        self.body = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 5, bias=False)
+        self.head.weight = self.embed.weight
+
+
+def test_default_policy_leaves_tied_children_to_the_root() -> None:
+    # embed and head share a parameter with a module outside them: both fall to the root unit.
+    assert choose_units(_Tied(), FSDPPlugin()) == ["body", ""]
+    # A unit containing both modules keeps the tie in one unit.
+    outer = nn.Sequential(_Tied(), nn.Linear(5, 2))
+    assert choose_units(outer, FSDPPlugin()) == ["1", "0", ""]
+
+
+@pytest.mark.parametrize("wrap", [[nn.Linear], [nn.Embedding], [nn.Linear, nn.Embedding]])
+def test_an_explicit_wrap_that_splits_a_tie_is_refused_with_the_names(wrap: list[type]) -> None:
+    with pytest.raises(InvalidSettingError) as error:
+        choose_units(_Tied(), FSDPPlugin(wrap=wrap))
+    _actionable(error, "'embed.weight'", "'head.weight'", "module 'embed'", "module 'head'",
+                "exactly one unit")
+
+
+def test_a_callable_wrap_that_splits_a_tie_is_refused() -> None:
+    with pytest.raises(InvalidSettingError) as error:
+        choose_units(_Tied(), FSDPPlugin(wrap=lambda name, module: name == "head"))
+    _actionable(error, "'head.weight'", "unit 'head'", "the root unit")
+
+
+def test_batchnorm_becomes_its_own_unit_when_asked() -> None:
+    model = nn.Sequential(nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3), nn.ReLU()), nn.Linear(3, 1))
+    assert choose_units(model, FSDPPlugin()) == ["1", "0", ""]
+    assert choose_units(model, FSDPPlugin(), batchnorm_units=True) == ["1", "0.1", "0", ""]
+    assert choose_units(model, FSDPPlugin(wrap=[nn.Linear]), batchnorm_units=True) == \
+        ["1", "0.1", "0.0", ""]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_batchnorm_units_compute_in_fp32_and_hand_back_the_half_dtype(precision: str) -> None:
+    fsdp = FSDPPrecision(precision, torch.device("cpu"))
+    half = fsdp.param_dtype
+    policy = fsdp.policy(root=False, fp32=True)
+    assert (policy.param_dtype, policy.reduce_dtype, policy.output_dtype) == \
+        (torch.float32, torch.float32, half)
+    assert policy.cast_forward_inputs  # its inputs arrive in the half dtype and are cast to fp32
+    plain = fsdp.policy(root=False)
+    assert (plain.param_dtype, plain.reduce_dtype, plain.output_dtype) == (half, torch.float32, None)
+    assert FSDPPrecision("no", torch.device("cpu")).policy(root=False, fp32=True).param_dtype is None
+
+
 # -- the connector ------------------------------------------------------------------------------------
 def test_plugin_resolves_to_the_fsdp_strategy_and_precision() -> None:
     resolved, strategy = _connect(fsdp_plugin=FSDPPlugin(reshard_after_forward=False), mixed_precision="bf16")

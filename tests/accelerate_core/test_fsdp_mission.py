@@ -254,6 +254,83 @@ def test_an_overflow_in_one_ranks_shard_skips_the_step_on_every_rank(shared_laun
         assert record["scales"] == [65536.0, 32768.0, 32768.0]  # GradScaler's backoff, once
 
 
+def _plain_tied() -> dict[str, Any]:
+    """fsdp_checks.tied's training in one plain process on the global batch: STEPS steps, the
+    state then, and one more step."""
+    model = fsdp_checks.make_tied()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=fsdp_checks.LR)
+    losses, states = [], []
+    for step in range(fsdp_checks.STEPS + 1):
+        loss = fsdp_checks.tied_loss(model, *fsdp_checks.tied_batch(step))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+        states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    return {"losses": losses, "states": states}
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_tied_weights_stay_tied_and_train_like_plain_pytorch(shared_launch_out: Path, rank: int) -> None:
+    record, plain = _check(shared_launch_out, "tied", rank), _plain_tied()
+    # embed and head share their weight: both fall to the root unit, body is a unit of its own.
+    assert record["wrapped"] == [("body", "")]
+    assert record["tied_after_prepare"] and record["tied_after_load"]
+    steps = fsdp_checks.STEPS
+    assert_close(torch.tensor(record["losses"]), torch.tensor(plain["losses"][:steps]), **FP32)
+    # get_state_dict: both names, as model.state_dict() of the plain model (and DDP) gives them.
+    _assert_weights(record["state_dict"], plain["states"][steps - 1], **FP32)
+    assert torch.equal(record["state_dict"]["head.weight"], record["state_dict"]["embed.weight"])
+    # load_state restored the state saved before the extra step: the step repeats exactly.
+    assert record["after_load"] == record["after_save"]
+    assert_close(torch.tensor(record["after_save"]), torch.tensor(plain["losses"][steps]), **FP32)
+    _assert_weights(record["final_state_dict"], plain["states"][steps], **FP32)
+
+
+def test_tied_checkpoint_holds_both_names_as_ddp_writes_them(shared_launch_out: Path) -> None:
+    from accelerate_core.checkpoint import layout
+
+    saved = layout.read_tensors(shared_launch_out / "checks" / "tied_ckpt" / layout.model_file(0))
+    assert saved.keys() == fsdp_checks.make_tied().state_dict().keys()
+    assert torch.equal(saved["head.weight"], saved["embed.weight"])
+    plain = _plain_tied()["states"][fsdp_checks.STEPS - 1]
+    assert_close(saved["embed.weight"], plain["embed.weight"], **FP32)
+
+
+def _plain_batchnorm_bf16() -> list[float]:
+    """fsdp_checks.batchnorm_bf16's training in one plain process under bf16 autocast (which runs
+    batch_norm in fp32), on the global batch."""
+    model = fsdp_checks.make_batchnorm()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=fsdp_checks.LR)
+    losses = []
+    for step in range(fsdp_checks.STEPS):
+        x, y = fsdp_checks.batch(step)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+        loss = nn.functional.mse_loss(out.float(), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), fsdp_checks.MAX_NORM)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.bf16
+def test_batchnorm_units_compute_in_fp32_under_bf16(shared_launch_out: Path) -> None:
+    record = _check(shared_launch_out, "batchnorm_bf16")
+    assert record["wrapped"] == [("0.1", "0", "")]  # the BatchNorm a unit of its own, innermost
+    bf16, fp32 = "torch.bfloat16", "torch.float32"
+    assert record["forward_dtypes"] == {
+        "0.0:Linear": (bf16, bf16),
+        # fully_shard made the SyncBatchNorm an FSDP unit (its class FSDPSyncBatchNorm); weight
+        # and input fp32, like its running statistics.
+        "0.1:FSDPSyncBatchNorm": (fp32, fp32),
+        "0.3:Linear": (bf16, bf16),  # the BatchNorm unit handed back bf16 inside the bf16 unit
+    }
+    assert_close(torch.tensor(record["losses"]), torch.tensor(_plain_batchnorm_bf16()), rtol=0, atol=5e-2)
+
+
 # -- fsdp_checkpoint_grid.py ------------------------------------------------------------------------
 # resumed run -> the uninterrupted run it must continue
 PAIRS = {

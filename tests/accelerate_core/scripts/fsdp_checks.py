@@ -12,6 +12,10 @@ single-process reference itself and asserts):
   follows its parameters into the shards and training continues from it.
 - `one_rank_overflow`: fp16; at step 1 an inf is written into ONE element of rank 1's gradient
   shard only (after backward, so no other rank sees it): every rank must skip that step.
+- `tied`: a model whose head shares its weight with the embedding, default wrap: the tie after
+  prepare, training, get_state_dict, save_state, one more step, load_state and that step again.
+- `batchnorm_bf16`: Linear, SyncBatchNorm, ReLU, Linear in one child under bf16: the dtypes each
+  module's weight and input had in the forward (forward pre-hooks) and the losses of 3 steps.
 
     fsdp_checks.py --out DIR   (rank r writes DIR/<check>.rank<r>.pt)
 """
@@ -46,6 +50,46 @@ def make_model() -> nn.Sequential:
 def make_nested() -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(nn.Sequential(nn.Linear(IN, HIDDEN), nn.Tanh()), nn.Linear(HIDDEN, OUT))
+
+
+VOCAB, DIM, LENGTH = 7, 4, 5  # 7 embedding rows: shards of 4 and 3
+
+
+class TiedLM(nn.Module):
+    """An embedding and an output head sharing one weight, as the harness's lm task."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.body = nn.Linear(DIM, DIM)
+        self.head = nn.Linear(DIM, VOCAB, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.body(self.embed(ids))))
+
+
+def make_tied() -> TiedLM:
+    torch.manual_seed(0)
+    return TiedLM()
+
+
+def tied_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(200 + step)
+    return (torch.randint(0, VOCAB, (GLOBAL_BATCH, LENGTH), generator=g),
+            torch.randint(0, VOCAB, (GLOBAL_BATCH, LENGTH), generator=g))
+
+
+def tied_loss(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(model(ids).flatten(0, 1), labels.flatten())
+
+
+def make_batchnorm() -> nn.Sequential:
+    torch.manual_seed(0)
+    # One child: the default wrap makes it a bf16 unit, the BatchNorm inside it an fp32 unit, and
+    # the Linear after the BatchNorm is in the bf16 unit (no unit boundary casts its input).
+    return nn.Sequential(nn.Sequential(nn.Linear(IN, HIDDEN), nn.BatchNorm1d(HIDDEN), nn.ReLU(),
+                                       nn.Linear(HIDDEN, OUT)))
 
 
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,6 +200,56 @@ def one_rank_overflow(out: Path) -> Accelerator:
     return accelerator
 
 
+def tied(out: Path) -> Accelerator:
+    accelerator = Accelerator(cpu=True, fsdp_plugin=FSDPPlugin())
+    model = make_tied()
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=LR))
+    rank, world = accelerator.process_index, accelerator.num_processes
+
+    def step(index: int) -> float:
+        ids, labels = (local(t, rank, world) for t in tied_batch(index))
+        loss = tied_loss(model, ids, labels)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        return accelerator.reduce(loss.detach()).item()
+
+    record: dict[str, Any] = {"wrapped": accelerator.strategy.wrapped_modules,  # type: ignore[attr-defined]
+                              "tied_after_prepare": model.head.weight is model.embed.weight,
+                              "losses": [step(i) for i in range(STEPS)]}
+    record["state_dict"] = accelerator.get_state_dict(model)
+    accelerator.save_state(out / "tied_ckpt")
+    record["after_save"] = step(STEPS)
+    accelerator.load_state(out / "tied_ckpt")
+    record["tied_after_load"] = model.head.weight is model.embed.weight
+    record["after_load"] = step(STEPS)
+    record["final_state_dict"] = accelerator.get_state_dict(model)
+    torch.save(record, out / f"tied.rank{rank}.pt")
+    return accelerator
+
+
+def batchnorm_bf16(out: Path) -> Accelerator:
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16", sync_batchnorm=True, fsdp_plugin=FSDPPlugin())
+    model = make_batchnorm()
+    model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=LR))
+    seen: dict[str, tuple[str, str]] = {}
+
+    def remember(name: str) -> Any:
+        # Registered after fully_shard's own pre-hook: the weight is the all-gathered one.
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            seen[f"{name}:{type(module).__name__}"] = (str(module.weight.dtype), str(args[0].dtype))
+        return hook
+
+    for name, module in model.named_modules():
+        if getattr(module, "weight", None) is not None:
+            module.register_forward_pre_hook(remember(name))
+    record: dict[str, Any] = {"wrapped": accelerator.strategy.wrapped_modules,  # type: ignore[attr-defined]
+                              **train(accelerator, model, optimizer, range(STEPS))}
+    record["forward_dtypes"] = seen
+    torch.save(record, out / f"batchnorm_bf16.rank{accelerator.process_index}.pt")
+    return accelerator
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
@@ -168,7 +262,9 @@ def main(argv: list[str] | None = None) -> None:
                 lambda: wrap_check(out, "wrap_callable", FSDPPlugin(wrap=lambda name, module: name == "0",
                                                                     reshard_after_forward=False)),
                 lambda: stepped_before(out),
-                lambda: one_rank_overflow(out)):
+                lambda: one_rank_overflow(out),
+                lambda: tied(out),
+                lambda: batchnorm_bf16(out)):
         accelerator = run()
         accelerator.wait_for_everyone()
         accelerator.free_memory()

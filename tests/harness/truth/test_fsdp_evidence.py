@@ -111,6 +111,20 @@ def test_sharded_over_the_wrong_mesh_or_not_split_fails_on_evidence(fp32_single:
                                                    "across ranks")
 
 
+def test_batchnorm_units_in_fp32_agree_and_in_the_half_dtype_fail(fp32_single: Record) -> None:
+    # Under a half policy the core keeps BatchNorm units in fp32 (docs/fsdp.md); the rest of the
+    # model must still compute in the half dtype.
+    record = _as_fsdp(fp32_single, "bf16", batchnorm_param_dtype="float32")
+    assert evidence_mismatch(FSDP_BF16, record) is None
+    assert evidence_mismatch(FSDP_FP32, _as_fsdp(fp32_single, batchnorm_param_dtype="float32")) is None
+    record = _as_fsdp(fp32_single, "bf16", batchnorm_param_dtype="bfloat16")
+    assert evidence_mismatch(FSDP_BF16, record) == (
+        "asked for fsdp bf16 on cpu2, FSDP2 computed BatchNorm units in bfloat16")
+    record = _as_fsdp(fp32_single, "bf16", param_dtype="bfloat16+float32", batchnorm_param_dtype="float32")
+    assert evidence_mismatch(FSDP_BF16, record) == (
+        "asked for fsdp bf16 on cpu2, FSDP2 computed with parameters in bfloat16+float32")
+
+
 def test_fsdp_dtypes_other_than_the_precision_means_fail_on_evidence(fp32_single: Record) -> None:
     record = _as_fsdp(fp32_single, "bf16", param_dtype="float32")
     assert evidence_mismatch(FSDP_BF16, record) == (
