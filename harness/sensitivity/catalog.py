@@ -341,9 +341,9 @@ CORE_BUGS: tuple[Bug, ...] = (
         name="fsdp_fully_shard_skipped",
         area="fsdp",
         file="strategies/fsdp_wrap.py",
-        search=("        fully_shard(modules[name], mesh=mesh, "
-                "reshard_after_forward=plugin.reshard_after_forward,\n"
-                "                    mp_policy=precision.policy(root), offload_policy=offload)"),
+        search=("        fully_shard(module, mesh=mesh, reshard_after_forward=plugin.reshard_after_forward,\n"
+                "                    mp_policy=precision.policy(name == ROOT, fp32=is_batchnorm(module)),\n"
+                "                    offload_policy=offload)"),
         replace="        pass  # fully_shard never applied: the model stays whole on every rank",
         select="regression-cpu2-fsdp-fp32",
         imitates="the wrapping step silently skipped (fully_shard behind a condition that is false, "
