@@ -59,7 +59,10 @@ class RunClock:
 
     def summary(self) -> dict[str, object]:
         with self.lock:
-            parts = {name: round(value, 3) for name, value in self.seconds.items()}
+            # Microseconds, as the ranks measure their phases (harness/rank/phases.py): a phase of
+            # a fast machine (the collector after gc.freeze: well under a millisecond per cell)
+            # must not read as 0 s, i.e. as never measured.
+            parts = {name: round(value, 6) for name, value in self.seconds.items()}
         return {"wall_s": round(time.monotonic() - self.started, 3), "launches": self.launches,
                 "cells": self.cells, "seconds": parts}
 
