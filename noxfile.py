@@ -22,6 +22,8 @@ rebuilt and overwritten every time the other venv runs.
                                      cells included) against goldens moved as a regeneration on
                                      another CPU would move them (harness/truth/foreign_goldens.py);
                                      tests(deepspeed) runs its whole suite against them too
+    nox -s calibrate                 the benign noise behind each tolerance and the detection
+                                     thresholds (docs/calibration.md); reports/calibration.json
     nox -s lint                      ruff + mypy
 """
 
@@ -229,6 +231,17 @@ def sensitivity(session: nox.Session) -> None:
     _build_deepspeed_ops(session, "deepspeed")
     session.run("python", "-m", "harness", "sensitivity", "--json", str(REPORTS / "sensitivity.json"),
                 *session.posargs, env=_environ(session, "deepspeed"))
+
+
+@nox.session(python=PYTHON)
+def calibrate(session: nox.Session) -> None:
+    """Where the tolerances come from (docs/calibration.md): the benign noise of the plain reference
+    and the smallest gradient error each cell catches; the figures go to reports/calibration.json.
+    Reference only: no deepspeed needed. Arguments after -- go to `python -m harness calibrate`
+    (e.g. -- --task sgd_accum, or -- --check-records reports/deepspeed after `nox -s matrix`)."""
+    _install(session, "test")
+    session.run("python", "-m", "harness", "calibrate", "--json", str(REPORTS / "calibration.json"),
+                *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -1,4 +1,4 @@
-"""`python -m harness list|run|golden|ci|report merge|init|script`.
+"""`python -m harness list|run|golden|ci|report merge|init|script|versions|sensitivity|calibrate`.
 
 Exit codes: 0 nothing failed unexpectedly; 1 a cell failed (failed, xpassed, error, timeout,
 crashed), goldens/workflows differ, or merged environments' records differ; 2 bad input (the
@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     sensitivity_cli.add_arguments(sub.add_parser(
         "sensitivity",
         help="the harness's detection rate: run the bug catalog against patched copies of the core"))
+    from harness.cli import calibrate as calibrate_cli
+
+    calibrate_cli.add_arguments(sub.add_parser(
+        "calibrate",
+        help="the benign noise behind each tolerance and the smallest gradient error each cell catches"))
     return parser
 
 
@@ -143,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from accelerate_core.commands.pipes import quiet_when_the_reader_leaves
     from accelerate_core.errors import ConfigFileError, InvalidSettingError
+    from harness.cli.calibrate import cmd_calibrate
     from harness.cli.golden import cmd_golden
     from harness.cli.init import cmd_init
     from harness.cli.report_merge import cmd_report
@@ -153,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
     commands = {"list": cmd_list, "run": cmd_run, "golden": cmd_golden, "ci": cmd_ci, "report": cmd_report,
                 "init": cmd_init, "script": cmd_script,
-                "versions": cmd_versions, "sensitivity": cmd_sensitivity}
+                "versions": cmd_versions, "sensitivity": cmd_sensitivity, "calibrate": cmd_calibrate}
     try:
         return quiet_when_the_reader_leaves(lambda: commands[args.command](args))
     except HarnessError as exc:  # every message says what, why, what is valid, the fix

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.utils.data import DataLoader
@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 from harness.spec.cell import PRECISIONS
 from harness.tasks.base import DictDataset, Task
 from harness.truth.global_rng import GLOBAL_RNG_LOCK
+from harness.truth.half_weights import HalfWeights
 from harness.truth.record import Fingerprint, Record
 
 _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -57,28 +58,51 @@ class ReferenceState:
     optimizer_steps: int  # taken so far over the run
 
 
+@dataclass(frozen=True)
+class Perturbation:
+    """What `harness calibrate` changes in the reference loop; the default changes nothing (a
+    golden). Each benign field imitates a legitimate source of other bits in a cell; the gradient
+    scale is a bug of known size, for detection thresholds (harness.calibrate)."""
+
+    splits: int = 1  # each global batch as this many equal micro-batches, gradients averaged (ranks)
+    threads: int = 1  # intra-op threads: reductions may sum in another order
+    # fp16/bf16: the model itself in half with fp32 masters, as "deepspeed" or "fsdp" does it
+    # (harness.truth.half_weights); "" = autocast over fp32 weights, as the golden
+    half_weights: str = ""
+    gradient_scale: float = 1.0  # every gradient times this before each optimizer step (a bug)
+    name: str = field(default="golden", compare=False)
+
+
+NO_PERTURBATION = Perturbation()
+
+
 # Stop after that many optimizer steps, handing the state to the callable (a checkpoint writer);
 # the Record then holds the losses, lrs, skips and loss scales so far, no eval, no weights.
 StopAt = tuple[int, Callable[[ReferenceState], None]]
 
 
 def train_reference(task: Task, precision: str, device: str = "cpu",
-                    inputs: ReferenceInputs | None = None, stop_at: StopAt | None = None) -> Record:
+                    inputs: ReferenceInputs | None = None, stop_at: StopAt | None = None,
+                    perturbation: Perturbation = NO_PERTURBATION) -> Record:
     if precision not in PRECISIONS:
         raise ValueError(
             f"precision {precision!r}: not a reference precision. Valid: {PRECISIONS}. "
             "Fix: pass one of them"
         )
-    with GLOBAL_RNG_LOCK, _single_thread(), torch.random.fork_rng(devices=[]):
+    with GLOBAL_RNG_LOCK, _threads(perturbation.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(task.seed)
-        return _train(task, precision, torch.device(device), inputs or ReferenceInputs.of(task), stop_at)
+        return _train(task, precision, torch.device(device), inputs or ReferenceInputs.of(task), stop_at,
+                      perturbation)
 
 
 def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceInputs,
-           stop_at: StopAt | None = None) -> Record:
+           stop_at: StopAt | None = None, perturbation: Perturbation = NO_PERTURBATION) -> Record:
     model = task.build_model()
     model.load_state_dict(inputs.initial_state)
     model = model.to(device)
+    half = (HalfWeights(model, _AUTOCAST_DTYPES[precision], perturbation.half_weights)
+            if perturbation.half_weights and precision in _AUTOCAST_DTYPES else None)
+    net = half.model if half is not None else model  # what computes; `model` is what steps
     optimizer = task.build_optimizer(model)
     scheduler = task.build_scheduler(optimizer)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
@@ -88,19 +112,33 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
     skipped: list[int] = []
     scales: list[float] = []
     opt_step = 0
-    model.train()
+    net.train()
     for _epoch in range(task.epochs):
         for step, batch in enumerate(train):
-            with _autocast(device, precision):
-                output = model(**_to(batch, device))
-            losses.append(output.loss.item())
             boundary = task.is_accumulation_boundary(step)
-            loss = output.loss / task.gradient_accumulation_steps
-            if boundary and task.injects_overflow(precision, opt_step):
-                loss = loss * float("inf")  # every gradient becomes inf/nan: the step must be skipped
-            (scaler.scale(loss) if scaler is not None else loss).backward()
+            step_losses = []
+            for chunk in _chunks(batch, perturbation.splits):
+                inputs_now = _to(chunk, device) if half is None else half.cast_inputs(_to(chunk, device))
+                with _autocast(device, precision if half is None or half.autocast else "fp32"):
+                    output = net(**inputs_now)
+                step_losses.append(output.loss.item())
+                loss = output.loss / task.gradient_accumulation_steps if half is None else (
+                    output.loss.float() / task.gradient_accumulation_steps)
+                if perturbation.splits > 1:
+                    loss = loss / perturbation.splits  # the mean over ranks of each rank's gradient
+                if boundary and task.injects_overflow(precision, opt_step):
+                    loss = loss * float("inf")  # every gradient becomes inf/nan: the step must be skipped
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+                if half is not None and half.accumulates_in_master:
+                    half.gradients_to_master()  # each micro-batch reduced in fp32 (FSDP2)
+            # One process: its loss; split: the mean of the parts' losses, as reduce(mean) gives.
+            losses.append(step_losses[0] if len(step_losses) == 1 else sum(step_losses) / len(step_losses))
             if not boundary:
                 continue
+            if half is not None and not half.accumulates_in_master:
+                half.gradients_to_master()
+            if perturbation.gradient_scale != 1.0:
+                _scale_gradients(model, perturbation.gradient_scale)
             if task.max_grad_norm is not None:
                 # As accelerator.clip_grad_norm_ does: unscale first (fp16), then clip the norm.
                 if scaler is not None:
@@ -118,6 +156,8 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
             else:
                 optimizer.step()
             optimizer.zero_grad()
+            if half is not None:
+                half.master_to_model()
             if overflow:
                 skipped.append(opt_step)
             else:
@@ -129,8 +169,10 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
         if stop_at is not None and opt_step == stop_at[0]:
             break
     stopped = stop_at is not None and opt_step == stop_at[0]
-    model.eval()
-    eval_outputs = {} if stopped else _evaluate(task, model, device, precision, DictDataset(inputs.eval))
+    if half is not None:
+        half.buffers_to_master()
+    net.eval()
+    eval_outputs = {} if stopped else _evaluate(task, net, device, precision, DictDataset(inputs.eval), half)
     return Record(
         task=task.name,
         precision=precision,
@@ -147,11 +189,12 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
 
 @torch.no_grad()
 def _evaluate(task: Task, model: torch.nn.Module, device: torch.device, precision: str,
-              dataset: DictDataset) -> dict[str, torch.Tensor]:
+              dataset: DictDataset, half: HalfWeights | None = None) -> dict[str, torch.Tensor]:
     logits, labels = [], []
     for batch in DataLoader(dataset, batch_size=task.eval_batch_size, shuffle=False):
-        with _autocast(device, precision):
-            output = model(**_to(batch, device))
+        inputs = _to(batch, device) if half is None else half.cast_inputs(_to(batch, device))
+        with _autocast(device, precision if half is None or half.autocast else "fp32"):
+            output = model(**inputs)
         logits.append(output.logits)
         labels.append(batch["labels"])
     return {"logits": torch.cat(logits), "labels": torch.cat(labels)}
@@ -167,12 +210,28 @@ def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContex
     return torch.autocast(device.type, dtype=_AUTOCAST_DTYPES[precision])
 
 
+def _chunks(batch: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.Tensor]]:
+    """The global batch as `parts` consecutive micro-batches: the ranks' shares (data.py's order)."""
+    if parts == 1:
+        return [batch]
+    return [dict(zip(batch, values, strict=True))
+            for values in zip(*(v.chunk(parts) for v in batch.values()), strict=True)]
+
+
+def _scale_gradients(model: torch.nn.Module, factor: float) -> None:
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.grad is not None:
+                param.grad.mul_(factor)
+
+
 @contextlib.contextmanager
-def _single_thread() -> Iterator[None]:
-    """One intra-op thread while the baseline trains: the golden must not depend on how many
-    cores the machine that regenerates it has (threaded reductions may sum in another order)."""
+def _threads(count: int) -> Iterator[None]:
+    """One intra-op thread while the baseline trains (calibration may ask for more): the golden
+    must not depend on how many cores the machine that regenerates it has (threaded reductions
+    may sum in another order)."""
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(count)
     try:
         yield
     finally:

@@ -1,0 +1,72 @@
+"""The calibration as text: the noise table with the proposed tolerances beside those in force,
+then the detection thresholds against their goals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.calibrate.against_cells import CellCheck
+from harness.calibrate.study import Study
+from harness.calibrate.thresholds import Threshold
+from harness.calibrate.variants import VARIANTS
+
+
+def lines(study: Study) -> list[str]:
+    out = ["benign noise: the plain reference under each variant, against the goldens",
+           *(f"  {v.name:<24} {', '.join(v.families)}: {v.why}" for v in VARIANTS), "",
+           f"{'entry':<24} {'worst need':>10}  {'in force':>8}  {'proposed':>8}  {'ratio':>6}  from",
+           f"{'':<24} {'(atol)':>10}  {'':>8}  {f'({study.safety:g}x)':>8}"]
+    for p in study.proposals:
+        entry = f"{p.precision}.{p.family}.{p.kind}"
+        ratio = "inf" if p.atol == 0 else f"{p.in_force_over_proposed:.1f}x"
+        flag = "  BELOW THE NOISE" if p.in_force < p.need.atol else ""
+        out.append(f"{entry:<24} {p.need.atol:>10.2e}  {p.in_force:>8.1e}  {p.atol:>8.1e}  {ratio:>6}  "
+                   f"{p.need.task} {p.need.variant} {p.need.where}{flag}")
+    if study.in_force:
+        out += ["", "detection thresholds: the smallest e with every gradient x (1 + e) that fails the "
+                "cell's comparison (goal: fp32 1e-4, fp16 1e-2, bf16 2e-2)",
+                f"{'task':<12} {'precision':<9} {'family':<6} {'in force':>10}  {'calibrated':>10}  "
+                "caught by (calibrated)"]
+        for now, tight in zip(study.in_force, study.calibrated, strict=True):
+            out.append(f"{now.task:<12} {now.precision:<9} {now.family:<6} {_error(now):>10}  "
+                       f"{_error(tight):>10}  {_caught(tight)}")
+        out += ["", summary(study)]
+    return out
+
+
+def summary(study: Study) -> str:
+    def met(thresholds: list[Threshold]) -> str:
+        unseen = sum(t.error is None for t in thresholds)
+        return (f"{sum(t.meets_goal for t in thresholds)} of {len(thresholds)} meet the goal "
+                f"({unseen} cannot see a uniform gradient error at all)")
+
+    return f"in force: {met(study.in_force)}; calibrated per task: {met(study.calibrated)}"
+
+
+def _error(threshold: Threshold) -> str:
+    if threshold.error is None:
+        return "unseen"
+    mark = "" if threshold.meets_goal else " !"
+    return f"{threshold.error:.1e}{mark}"
+
+
+def _caught(threshold: Threshold) -> str:
+    if threshold.error is not None:
+        return threshold.caught_by
+    if threshold.scale_invariant:
+        return "none: its optimizer (Adam family) is invariant to a uniform gradient scale"
+    return f"none: {threshold.caught_by} (clipping, or a normalising step, undoes a uniform scale)"
+
+
+def check_lines(checks: list[CellCheck], report_dir: Path) -> list[str]:
+    failing = sorted((c for c in checks if not c.ok), key=lambda c: -c.tolerance_used)
+    uncovered = [c for c in checks if c.ok and c.worst]
+    out = ["", f"the passing cells of {report_dir} judged with each task's calibrated tolerance: "
+           f"{len(checks) - len(failing)} of {len(checks)} hold "
+           f"({len(uncovered)} not covered by the variants)"]
+    out += [f"  {c.cell_id:<34} {c.tolerance_used:>5.1f}x  {c.worst}" for c in failing]
+    if failing:
+        out.append("  these cells land further from the golden than every benign variant: the variants miss "
+                   "what their backend does, or the tolerance in force hides a bug; the per-task tolerances "
+                   "are not ready to replace matrix.toml's")
+    return out

@@ -1,0 +1,64 @@
+"""The benign perturbations of the reference: each one a legitimate reason for a cell's bits to
+differ from the golden's, with the tolerance families whose cells it describes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from harness.spec.cell import PRECISIONS
+from harness.truth.reference import Perturbation
+
+HALF = ("fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class Variant:
+    perturbation: Perturbation
+    families: tuple[str, ...]  # tolerance families (harness.spec.tolerances.FAMILIES values)
+    precisions: tuple[str, ...]
+    why: str
+
+    @property
+    def name(self) -> str:
+        return self.perturbation.name
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant(Perturbation(name="this_machine"), ("plain", "zero"), PRECISIONS,
+            "the reference as a cell's process runs it: this CPU's kernels, oneDNN on, against goldens "
+            "made in the deterministic mode (possibly on another CPU)"),
+    Variant(Perturbation(splits=2, name="two_ranks"), ("plain", "zero"), PRECISIONS,
+            "each global batch as two ranks' halves, their gradients averaged: other sums, and in "
+            "half precision each half's matmuls rounded apart"),
+    Variant(Perturbation(splits=2, threads=2, name="two_ranks_two_threads"), ("plain", "zero"), PRECISIONS,
+            "as two_ranks, with two intra-op threads (threaded reductions sum in another order)"),
+    Variant(Perturbation(splits=2, half_weights="deepspeed", name="two_ranks_deepspeed_half"),
+            ("zero",), HALF,
+            "DeepSpeed's half precision: the model itself in fp16/bf16 under autocast, half gradients "
+            "accumulated in half, fp32 master weights stepped and rounded back (harness.truth.half_weights)"),
+    Variant(Perturbation(splits=2, half_weights="fsdp", name="two_ranks_fsdp_half"), ("plain",), HALF,
+            "FSDP2's MixedPrecisionPolicy: whole layers (the loss included) in fp16/bf16 without "
+            "autocast, each micro-batch's gradients reduced in fp32 into fp32 masters; fsdp is in the "
+            "plain family"),
+)
+
+
+def splits_change_the_math(model: nn.Module) -> str | None:
+    """Why a task's result depends on how a batch is split (then a split is not benign noise but
+    a difference the matrix declares: per-rank BatchNorm statistics, per-rank dropout draws)."""
+    for module in model.modules():
+        if isinstance(module, _BatchNorm):
+            return f"{type(module).__name__} normalizes over each rank's share of the batch"
+        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
+            return f"{type(module).__name__} draws other random numbers on each rank"
+    return None
+
+
+def variants_for(precision: str, model: nn.Module) -> list[Variant]:
+    """The variants that describe benign noise for this task at this precision."""
+    split_dependent = splits_change_the_math(model) is not None
+    return [v for v in VARIANTS if precision in v.precisions
+            and not (split_dependent and v.perturbation.splits > 1)]

@@ -1,0 +1,74 @@
+"""`python -m harness calibrate`: the benign noise behind each tolerance and the smallest gradient
+error each cell catches (harness.calibrate, docs/calibration.md). Exit 1 when a tolerance in force
+is below the noise measured for it (its cells would fail on rounding alone), else 0."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from harness.errors import EXIT_FAILED, EXIT_USAGE
+
+EXIT_OK = 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", action="append", metavar="NAME",
+                        help="calibrate this task only (repeatable; default: every built-in task with a "
+                        "golden)")
+    parser.add_argument("--precision", action="append", choices=["fp32", "fp16", "bf16"],
+                        help="this precision only (repeatable; default: all three)")
+    parser.add_argument("--safety-factor", type=float, default=None, metavar="X",
+                        help="proposed atol = X times the worst benign need (default 2)")
+    parser.add_argument("--no-thresholds", action="store_true", help="measure the noise only")
+    parser.add_argument("--check-records", type=Path, default=None, metavar="REPORT_DIR",
+                        help="judge the passing cells of a run (python -m harness run --report-dir DIR) "
+                        "again with each task's calibrated tolerance: which cells the variants do not "
+                        "explain")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="also write every figure here")
+    parser.add_argument("--matrix", type=Path, default=None, help="matrix file (default matrix/matrix.toml)")
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from harness.calibrate.against_cells import check_cells
+    from harness.calibrate.calibrated import SAFETY_FACTOR, task_tolerances
+    from harness.calibrate.report import check_lines, lines
+    from harness.calibrate.study import run_study
+    from harness.spec.cell import PRECISIONS
+    from harness.spec.matrix import load_matrix
+    from harness.truth.golden import owned_golden_pairs
+
+    safety = SAFETY_FACTOR if args.safety_factor is None else args.safety_factor
+    if args.check_records is not None and not (args.check_records / "report.json").is_file():
+        print(f"error: --check-records {args.check_records}: no report.json there. Valid: the "
+              "--report-dir of a `python -m harness run` (it keeps records/). Fix: run the matrix with "
+              "--report-dir first")
+        return EXIT_USAGE
+    if not safety >= 1:
+        print(f"error: --safety-factor {safety:g}: a margin below 1 puts the tolerance inside the measured "
+              "noise. Valid: a number >= 1, e.g. 2. Fix: pass --safety-factor 2")
+        return EXIT_USAGE
+    matrix = load_matrix(args.matrix) if args.matrix else load_matrix()
+    owned = sorted({task for task, _ in owned_golden_pairs()})
+    unknown = sorted(set(args.task or ()) - set(owned))
+    if unknown:
+        print(f"error: --task {', '.join(unknown)}: no golden of its own to calibrate against. "
+              f"Valid: {', '.join(owned)}. Fix: pick from these")
+        return EXIT_USAGE
+    study = run_study(args.task or owned, args.precision or list(PRECISIONS), matrix.tolerances, safety,
+                      thresholds=not args.no_thresholds)
+    print("\n".join(lines(study)))
+    figures = study.to_json()
+    if args.check_records is not None:
+        checks = check_cells(args.check_records, task_tolerances(study.needs, matrix.tolerances, safety))
+        print("\n".join(check_lines(checks, args.check_records)))
+        figures["cell_checks"] = [asdict(c) for c in checks]
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+        print(f"figures: {args.json}")
+    below = [p for p in study.proposals if p.in_force < p.need.atol]
+    return EXIT_FAILED if below else EXIT_OK

@@ -1,0 +1,96 @@
+"""`harness calibrate`: benign noise of the reference, the detection thresholds, and calibrated
+tolerances held against cells. Figures are asserted by their relations, never by their bits: the
+goldens read here may have been made on another machine (tests(deepspeed) moves them on purpose)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.calibrate.against_cells import check_cells
+from harness.calibrate.calibrated import family_proposals, task_tolerances
+from harness.calibrate.noise import measure
+from harness.calibrate.thresholds import GOALS, detection_threshold, first_failure
+from harness.calibrate.variants import splits_change_the_math, variants_for
+from harness.cli.main import main
+from harness.spec.matrix import load_matrix
+from harness.tasks import get_task
+from harness.truth.golden import load_golden
+from harness.truth.record import Record
+from harness.truth.reference import Perturbation, ReferenceInputs, train_reference
+
+pytestmark = pytest.mark.goldens
+
+
+def test_split_variants_are_left_out_where_a_split_changes_the_math() -> None:
+    for name in ("batchnorm", "dropout"):
+        model = get_task(name).build_model()
+        assert splits_change_the_math(model)
+        assert all(v.perturbation.splits == 1 for v in variants_for("fp32", model))
+    assert any(v.perturbation.splits == 2 for v in variants_for("fp32", get_task("lm").build_model()))
+
+
+def test_benign_noise_stays_inside_the_tolerances_in_force() -> None:
+    table = load_matrix().tolerances
+    needs = measure(["regression", "lm"], ["fp32", "bf16"], table)
+    assert {n.variant for n in needs} >= {"this_machine", "two_ranks", "two_ranks_fsdp_half",
+                                          "two_ranks_deepspeed_half"}
+    for proposal in family_proposals(needs, table):
+        assert proposal.need.atol <= proposal.in_force, proposal
+
+
+def test_a_threshold_is_where_the_comparison_starts_to_fail() -> None:
+    task, table = get_task("sgd_accum"), load_matrix().tolerances
+    inputs, golden = ReferenceInputs.of(task), load_golden("sgd_accum", "fp32")
+    tolerance = table.entries[("fp32", "plain")]
+    found = detection_threshold(task, "fp32", "plain", inputs, golden, tolerance)
+    assert found.error is not None and found.meets_goal and found.error <= GOALS["fp32"]
+    assert first_failure(task, "fp32", inputs, golden, tolerance, found.error) is not None
+    assert first_failure(task, "fp32", inputs, golden, tolerance, found.error / 1.2) is None
+
+
+def test_an_adam_task_cannot_see_a_uniform_gradient_scale_and_says_why() -> None:
+    task, table = get_task("classifier"), load_matrix().tolerances
+    golden = load_golden("classifier", "bf16")
+    tolerance = table.entries[("bf16", "zero")]
+    found = detection_threshold(task, "bf16", "zero", ReferenceInputs.of(task), golden, tolerance)
+    assert found.error is None and found.scale_invariant and not found.meets_goal
+
+
+def _report_dir(tmp_path: Path, cell_id: str, record: Record) -> Path:
+    (tmp_path / "records").mkdir(parents=True)
+    record.save(tmp_path / "records" / cell_id)
+    (tmp_path / "report.json").write_text(json.dumps({"cells": [{"id": cell_id, "status": "passed"}]}))
+    return tmp_path
+
+
+@pytest.mark.parametrize(("scale", "holds"), [(1.0, True), (1.02, False)])
+def test_calibrated_tolerances_hold_a_benign_run_and_catch_a_two_percent_gradient_error(
+        tmp_path: Path, scale: float, holds: bool) -> None:
+    # A record made by the reference (an independent stand-in for a cell): split as two ranks
+    # would, with or without a 2% gradient error; judged with sgd_accum's calibrated bf16 tolerance.
+    table = load_matrix().tolerances
+    per_task = task_tolerances(measure(["sgd_accum"], ["bf16"], table), table)
+    two_ranks = Perturbation(splits=2, gradient_scale=scale)
+    record = train_reference(get_task("sgd_accum"), "bf16", perturbation=two_ranks)
+    [check] = check_cells(_report_dir(tmp_path, "sgd_accum-cpu2-ddp-bf16", record), per_task)
+    assert check.ok is holds, check
+
+
+def test_the_command_prints_both_tables_and_writes_the_figures(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "calibration.json"
+    assert main(["calibrate", "--task", "scalar", "--precision", "bf16", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "bf16.zero.eval" in text and "detection thresholds" in text and "scalar" in text
+    figures = json.loads(out.read_text())
+    assert figures["needs"] and len(figures["thresholds_in_force"]) == 2  # plain and zero
+
+
+def test_a_task_without_its_own_golden_is_refused_with_the_valid_ones(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", "--task", "canary_nan"]) == 2
+    text = capsys.readouterr().out
+    assert "canary_nan" in text and "regression" in text and "Fix:" in text
