@@ -18,8 +18,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.layout.launch_dir import LaunchDir
-
 RECORD_SUFFIXES = (".json", ".safetensors")  # a record is its JSON and its tensors
 
 
@@ -93,9 +91,6 @@ class ReportDir:
     # Launch directories and script mode's folders.
     def launch_dir(self, name: str) -> Path:
         return self.root / "launches" / name
-
-    def launch_dirs(self) -> list[LaunchDir]:
-        return [LaunchDir(path) for path in sorted((self.root / "launches").glob("*")) if path.is_dir()]
 
     def cell_dir(self, cell_id: str) -> Path:
         return self.root / "cells" / cell_id
