@@ -35,6 +35,7 @@ from harness.cli.ci_shards import (
     report_artifact,
     shard_job_id,
 )
+from harness.layout.report_dir import ReportDir
 from harness.paths import REPO_ROOT
 from harness.spec.matrix import Environment, load_matrix
 
@@ -159,7 +160,7 @@ def _job(env: Environment, environments: dict[str, Environment], shard: int = 0)
         job["if"] = "${{ !cancelled() }}"
         steps.append(records_download(environments[other]))
         run = (
-            f"if [ -f reports/{other}/report.json ]; then\n"
+            f"if [ -f reports/{other}/{ReportDir.REPORT_JSON} ]; then\n"
             f"  {run} --compare-records reports/{other}\n"
             f"else\n"
             f'  echo "::warning::no records of {other}: cross-environment check not run"\n'
@@ -174,7 +175,7 @@ def _job(env: Environment, environments: dict[str, Environment], shard: int = 0)
         {
             "name": "Step summary",
             "if": "always()",
-            "run": f'cat {report_dir}/report.md >> "$GITHUB_STEP_SUMMARY" || true\n',
+            "run": f'cat {report_dir}/{ReportDir.REPORT_MD} >> "$GITHUB_STEP_SUMMARY" || true\n',
         }
     )
     steps.append(
@@ -221,7 +222,7 @@ def _sweep_job(env: Environment, environments: dict[str, Environment]) -> dict[s
                       "with": {"name": f"report-{baseline.name}", "path": f"{SWEEP_DIR}/{baseline.name}"}})
     steps.append({"name": "Sweep", "env": dict(SWEEP_PIP_ENV), "run": f'nox -s "versions({env.name})"\n'})
     steps.append({"name": "Step summary", "if": "always()",
-                  "run": f'cat {report_dir}/report.md >> "$GITHUB_STEP_SUMMARY" || true\n'})
+                  "run": f'cat {report_dir}/{ReportDir.REPORT_MD} >> "$GITHUB_STEP_SUMMARY" || true\n'})
     steps.append({"name": "Upload report", "if": "always()", "uses": "actions/upload-artifact@v4",
                   "with": {"name": f"report-{env.name}", "path": report_dir, "if-no-files-found": "warn"}})
     job["timeout-minutes"] = 90
@@ -244,7 +245,7 @@ def _sweep_merge_job(sweep: list[Environment]) -> dict[str, Any]:
     steps += [
         {"name": "Merge", "run": f"python -m harness report merge {dirs} --out {out}\n"},
         {"name": "Step summary", "if": "always()",
-         "run": f'cat {out}/report.md >> "$GITHUB_STEP_SUMMARY" || true\n'},
+         "run": f'cat {out}/{ReportDir.REPORT_MD} >> "$GITHUB_STEP_SUMMARY" || true\n'},
         {"name": "Upload merged report", "if": "always()", "uses": "actions/upload-artifact@v4",
          "with": {"name": "report-versions-merged", "path": out, "if-no-files-found": "warn"}},
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.layout.report_dir import ReportDir
 from harness.spec.matrix import Environment
 
 
@@ -69,7 +70,7 @@ def merge_steps(envs: list[Environment], out: str) -> list[dict[str, Any]]:
     dirs = " ".join(d for env in envs for d in shard_dirs(env))
     return [*steps, {"name": "Merge", "run": f"python -m harness report merge {dirs} --out {out}\n"},
             {"name": "Step summary", "if": "always()",
-             "run": f'cat {out}/report.md >> "$GITHUB_STEP_SUMMARY" || true\n'}]
+             "run": f'cat {out}/{ReportDir.REPORT_MD} >> "$GITHUB_STEP_SUMMARY" || true\n'}]
 
 
 def environment_merge_job(env: Environment, base: str, setup: list[dict[str, Any]],

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import EXIT_FAILED, EXIT_USAGE, HarnessError
+from harness.layout.report_dir import ReportDir
 
 EXIT_OK = 0
 
@@ -72,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     run.add_argument("--profile", action="store_true",
                      help="print where the run's time went: start-up, each cell phase, judging, "
-                     "confirmations (always in report.json: environment.startup.profile)")
+                     f"confirmations (always in {ReportDir.REPORT_JSON}: environment.startup.profile)")
     from harness.cli import golden as golden_cli
     from harness.cli import init as init_cli
     from harness.cli import script as script_cli

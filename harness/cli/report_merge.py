@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 
 from harness.errors import EXIT_FAILED
+from harness.layout.report_dir import ReportDir
 
 SHOWN_PROBLEMS = 10  # unexpected results printed; the report lists them all
 
@@ -28,7 +29,8 @@ def add_arguments(report: argparse.ArgumentParser) -> None:
         description="Merge report dirs of `python -m harness run` (one per environment, or every shard "
         "of one) into one report.",
     )
-    merge.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="a report dir (holds report.json)")
+    merge.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                       help=f"a report dir (holds {ReportDir.REPORT_JSON})")
     merge.add_argument("--out", type=Path, required=True, metavar="DIR", help="where the merged report goes")
 
 
@@ -49,5 +51,5 @@ def cmd_report(args: argparse.Namespace) -> int:
     if len(problems) > SHOWN_PROBLEMS:
         print(f"  ... and {len(problems) - SHOWN_PROBLEMS} more in the report")
     print(("ok: " if merged.ok else "FAILED: ") + merged.verdict)
-    print(f"report: {Path(args.out) / 'report.html'}")
+    print(f"report: {ReportDir(Path(args.out)).report_html}")
     return 0 if merged.ok else EXIT_FAILED

@@ -16,6 +16,7 @@ from pathlib import Path
 from accelerate_core.imports import is_deepspeed_available
 from harness.cli.empty_run import EXIT_NOTHING_RAN, nothing_ran, nothing_ran_message
 from harness.errors import UsageError, explain
+from harness.layout.report_dir import ReportDir
 from harness.spec.cell import Cell
 from harness.spec.matrix import Matrix, load_matrix
 from harness.spec.selection import opt_in_requested, resume_requested, select
@@ -146,7 +147,7 @@ def latest_run() -> Path:
 
 def refuse_to_replace(report_dir: Path, overwrite: bool) -> None:
     """An earlier run's report is never replaced silently: only with --overwrite."""
-    earlier = report_dir / "report.json"
+    earlier = ReportDir(report_dir).report_json
     if overwrite or not earlier.exists():
         return
     try:
@@ -161,7 +162,7 @@ def refuse_to_replace(report_dir: Path, overwrite: bool) -> None:
 
 
 def check_writable(report_dir: Path) -> None:
-    probe = report_dir / f".write-probe-{os.getpid()}"
+    probe = ReportDir(report_dir).write_probe()
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
         probe.write_text("ok")
@@ -178,7 +179,7 @@ def check_writable(report_dir: Path) -> None:
 
 
 def load_previous(resume_dir: Path, flag: str = "--resume") -> dict[str, CellResult]:
-    path = resume_dir / "report.json"
+    path = ReportDir(resume_dir).report_json
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return {c["id"]: CellResult.from_json(c) for c in data["cells"]}
@@ -187,7 +188,7 @@ def load_previous(resume_dir: Path, flag: str = "--resume") -> dict[str, CellRes
             explain(
                 f"{flag} {str(resume_dir)!r}",
                 f"{path} is missing or unreadable ({exc})",
-                "a report dir of an earlier run (it holds report.json)",
+                f"a report dir of an earlier run (it holds {path.name})",
                 "run without --resume, or point it at that run's --report-dir",
             )
         ) from None
@@ -197,7 +198,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.cli.shard import check_resumed_shard, shard_line, take_shard
     from harness.report import Progress, environment_info, print_summary, write_reports
     from harness.run import signals
-    from harness.run.runner import RunInterrupted, RunOptions, run_cells
+    from harness.run.runner import RunInterrupted, RunOptions, run_outcome
 
     signals.install()
     matrix, cells = selected_cells(args)
@@ -213,7 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if resume_dir is None:
         refuse_to_replace(report_dir, args.overwrite)
     check_writable(report_dir)
-    if args.compare_records is not None and not (args.compare_records / "records").is_dir():
+    if args.compare_records is not None and not ReportDir(args.compare_records).records.is_dir():
         raise UsageError(
             explain(
                 f"--compare-records {str(args.compare_records)!r}",
@@ -246,36 +247,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     environment = environment_info(env_name)
     if shard is not None:  # which part of the selection this report holds (harness.shard.identity)
-        environment["shard"] = shard
+        environment.shard = shard
     progress = Progress(len(to_run), enabled=not args.quiet)
     interrupted: str | None = None
     try:
-        fresh = run_cells(to_run, options, progress)
+        outcome = run_outcome(to_run, options, progress)
     except RunInterrupted as exc:
         signals.ignore_further()
-        fresh, interrupted = exc.results, exc.signal_name
+        outcome, interrupted = exc.outcome, exc.signal_name
     finally:
         progress.close()
-    by_id = {**kept, **{r.id: r for r in fresh}}
+    by_id = {**kept, **{r.id: r for r in outcome.results}}
     results = [by_id[c.id] for c in cells if c.id in by_id]
     if interrupted:
-        environment["interrupted"] = f"by {interrupted}: {len(results)} of {len(cells)} cells finished"
-    from harness.run.startup import read_startup, startup_line
-
-    environment["startup"] = read_startup(report_dir)  # launches' start-up, outside cell clocks
+        environment.interrupted = f"by {interrupted}: {len(results)} of {len(cells)} cells finished"
+    environment.with_startup(outcome.startup)  # launches' start-up, outside cell clocks
     write_reports(results, environment, report_dir)
     if args.report_dir is None and resume_dir is None:
         point_latest_at(report_dir)
     print_summary(results)
-    if startup_line(environment["startup"]):
-        print(startup_line(environment["startup"]))
+    if outcome.startup is not None:
+        print(outcome.startup.line())
     if args.profile:
         from harness.run.profile import profile_lines
 
-        print("\n".join(profile_lines((environment["startup"] or {}).get("profile"))
+        print("\n".join(profile_lines(outcome.startup.profile if outcome.startup else None)
                         or ["no profile: no launch ran"]))
     _print_record_changes(results)
-    print(f"report: {report_dir / 'report.html'}")
+    print(f"report: {ReportDir(report_dir).report_html}")
     if interrupted:
         print(
             f"interrupted by {interrupted}; partial report written; rerun with --resume {report_dir}",

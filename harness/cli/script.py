@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from harness.errors import UsageError, explain
+from harness.layout.report_dir import ReportDir
 from harness.script.cells import DEFAULT_REFERENCE, script_cells, script_name
 from harness.script.run import ScriptRun, run_script
 from harness.spec.availability import probe_host
@@ -64,7 +65,7 @@ def cmd_script(args: argparse.Namespace) -> int:
         from harness.script.cells import arguments_for, reference_of
 
         reference_of(cell, args.reference)
-        arguments_for(run.arguments, cell, report_dir / "cells" / cell.id)
+        arguments_for(run.arguments, cell, ReportDir(report_dir).cell_dir(cell.id))
 
     def progress(result: object) -> None:
         from harness.truth.outcome import CellResult
@@ -75,9 +76,9 @@ def cmd_script(args: argparse.Namespace) -> int:
 
     results = run_script(run, cells, progress)
     environment = environment_info("script")
-    environment["script"] = {"path": str(args.script), "arguments": list(args.script_args),
-                             "reference": args.reference}
+    environment.script = {"path": str(args.script), "arguments": list(args.script_args),
+                          "reference": args.reference}
     write_reports(results, environment, report_dir)
     print_summary(results)
-    print(f"report: {report_dir / 'report.html'}")
+    print(f"report: {ReportDir(report_dir).report_html}")
     return 1 if any(r.status.is_unexpected_failure for r in results) else 0

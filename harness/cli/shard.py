@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError, explain
+from harness.layout.report_dir import ReportDir
 from harness.shard.spec import parse_shard
 from harness.spec.cell import Cell
 from harness.spec.matrix import Matrix
@@ -18,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only the K-th of N disjoint parts of the selection, balanced by cost "
                         "(docs/shards.md); `report merge` joins the N report dirs")
     parser.add_argument("--shard-costs", type=Path, default=None, metavar="REPORT_JSON",
-                        help="balance --shard by the cell durations of an earlier run's report.json "
+                        help="balance --shard by the cell durations of an earlier run's "
+                        f"{ReportDir.REPORT_JSON} "
                         "(the same file on every shard; default: the built-in table)")
 
 
@@ -52,7 +54,7 @@ def check_resumed_shard(resume_dir: Path, block: dict[str, Any] | None) -> None:
     """--resume / --last-failed of a shard's report dir: only as the same shard (another one's
     cells would be mixed into it, and the merge would find them twice)."""
     try:
-        environment = json.loads((resume_dir / "report.json").read_text(encoding="utf-8"))["environment"]
+        environment = json.loads(ReportDir(resume_dir).report_json.read_text(encoding="utf-8"))["environment"]
         earlier = environment.get("shard")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return  # an unreadable report is refused where the resume reads it, with its own message

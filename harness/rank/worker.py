@@ -2,21 +2,15 @@
 
     python -m torch.distributed.run ... -m harness.rank.worker RUN_DIR
 
-RUN_DIR/plan.json lists the cells (ids, emulation flag), where records go, and the import paths
-of a user's tasks (imported before the first cell). The process group
+RUN_DIR is a launch directory (harness.layout.launch_dir.LaunchDir, which lists its files): its
+plan lists the cells (ids, emulation flag), where records go, and the import paths of a user's
+tasks (imported before the first cell). The process group
 is created once by the first cell's Accelerator and reused; between cells `train_with_core`
 frees the Accelerator and reseeds from the task, so cells do not leak into each other.
 
-Files this rank writes under RUN_DIR (the parent watches them; all small, written atomically):
-  pids/rank{r}             its pid, so the parent can signal exactly the ranks
-  logs/rank{r}.log         its stdout + stderr at the file-descriptor level (native crashes too)
-  stacks/rank{r}.txt       Python stacks of every thread, dumped on SIGUSR1 (a hang)
-  status/{id}.started      rank 0, when a cell starts       (json: time)
-  status/{id}.finished     rank 0, after its record is saved (json: seconds, phases: where
-                           they went, harness.rank.phases)
-  status/{id}.error.rank{r} any rank, traceback of an exception; then the rank exits, so the
-                           launch ends and the parent runs the rest in a fresh launch
-  status/warm_up.json      rank 0, once warmed up (json: seconds, deepspeed_ops_s): start-up time
+This rank writes its pid, its output, its stacks on SIGUSR1 and, per cell, when it started and
+finished (rank 0) or why it raised (any rank, then the rank exits, so the launch ends and the
+parent runs the rest in a fresh launch); all small, written atomically, watched by the parent.
 """
 
 from __future__ import annotations
@@ -34,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from harness.atomic_files import write_text_atomic
+from harness.layout.launch_dir import LaunchDir
 from harness.rank.phases import PhaseTimer
 from harness.spec.cell import Cell, cell_from_fields
 
@@ -147,16 +142,14 @@ def run_cell(cell: Cell, emulated: bool, records_dir: Path, timer: PhaseTimer | 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    run_dir = Path(args[0])
-    plan = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+    launch = LaunchDir(Path(args[0]))
+    plan = launch.read_plan()
     rank = int(os.environ.get("RANK", "0"))
-    for sub in ("pids", "logs", "stacks", "status"):
-        (run_dir / sub).mkdir(exist_ok=True)
-    _redirect_output(run_dir / "logs" / f"rank{rank}.log")
-    _install_stack_dumps(run_dir / "stacks" / f"rank{rank}.txt")
-    write_text_atomic(run_dir / "pids" / f"rank{rank}", str(os.getpid()))
+    launch.create()
+    _redirect_output(launch.log(rank))
+    _install_stack_dumps(launch.stack(rank))
+    write_text_atomic(launch.pid_file(rank), str(os.getpid()))
     _exit_with_launcher()
-    status = run_dir / "status"
     records_dir = Path(plan["records_dir"])
     cells = [cell_from_fields(dict(entry["cell"])) for entry in plan["cells"]]  # resume cells too
     task_imports = list(plan.get("task_imports", []))
@@ -169,12 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     _freeze_survivors()
     if rank == 0:
         timings["seconds"] = round(time.perf_counter() - warm_start, 3)
-        write_text_atomic(status / "warm_up.json", json.dumps(timings))
+        write_text_atomic(launch.warm_up, json.dumps(timings))
     for cell, entry in zip(cells, plan["cells"], strict=True):
         cell_id = cell.id
         print(f"[harness.rank.worker rank {rank}] cell {cell_id} starts", flush=True)
         if rank == 0:
-            write_text_atomic(status / f"{cell_id}.started", json.dumps({"time": time.time()}))
+            write_text_atomic(launch.started(cell_id), json.dumps({"time": time.time()}))
         start = time.perf_counter()
         timer = PhaseTimer()
         try:
@@ -186,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException:
             text = traceback.format_exc()
             print(text, file=sys.stderr, flush=True)
-            write_text_atomic(status / f"{cell_id}.error.rank{rank}", text)
+            write_text_atomic(launch.error(cell_id, rank), text)
             # The process group may be mid-collective on other ranks: end the launch; the parent
             # runs the remaining cells in a fresh one.
             os._exit(EXIT_CELL_ERROR)
@@ -194,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         timer.lap("collector")
         if rank == 0:
             seconds = time.perf_counter() - start
-            write_text_atomic(status / f"{cell_id}.finished",
+            write_text_atomic(launch.finished(cell_id),
                               json.dumps({"seconds": seconds, "phases": timer.seconds}))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from harness.layout.report_dir import ReportDir
 from harness.report.markdown_grid import grid_markdown
 from harness.report.merged import MergedReport
 from harness.report.near_miss import count_text, near_misses, rule_text
@@ -95,7 +96,8 @@ def _problems(problems: Sequence[CellResult], show_env: bool) -> list[str]:
         lines += [f"<details><summary><code>{r.id}</code>{where} diagnosis</summary>", "", "```", text, "```",
                   "", "</details>", ""]
     if len(problems) > MAX_DIAGNOSES:
-        lines += [f"{len(problems) - MAX_DIAGNOSES} more diagnoses are in report.html and junit.xml (this "
+        lines += [f"{len(problems) - MAX_DIAGNOSES} more diagnoses are in {ReportDir.REPORT_HTML} and "
+                  f"{ReportDir.JUNIT_XML} (this "
                   f"summary keeps the worst {MAX_DIAGNOSES}: a step summary holds 1 MiB).", ""]
     return lines
 

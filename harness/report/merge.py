@@ -23,14 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ReportDirError, UsageError, explain
+from harness.layout.report_dir import RECORD_SUFFIXES, ReportDir
 from harness.report.merged import CrossCheck, EnvironmentReport, MergedReport
 from harness.report.writer import write_merged_reports
 from harness.truth.outcome import CellResult, Status
 
-REPORT_JSON = "report.json"
-RECORDS = "records"
-RECORD_SUFFIXES = (".json", ".safetensors")
-_VALID_DIR = "the --report-dir of a finished `python -m harness run` (it holds report.json)"
+_VALID_DIR = f"the --report-dir of a finished `python -m harness run` (it holds {ReportDir.REPORT_JSON})"
 
 
 def _refuse(directory: Path, why: str, fix: str) -> ReportDirError:
@@ -40,7 +38,7 @@ def _refuse(directory: Path, why: str, fix: str) -> ReportDirError:
 def read_report_dir(directory: Path) -> EnvironmentReport:
     """The environment and cells of one report dir; ReportDirError (exit 2) when it has none."""
     directory = Path(directory)
-    path = directory / REPORT_JSON
+    path = ReportDir(directory).report_json
     run_first = (
         "run `python -m harness run --env-name ENV --report-dir DIR` first, or pass the directory it wrote"
     )
@@ -48,15 +46,15 @@ def read_report_dir(directory: Path) -> EnvironmentReport:
         why = "it does not exist" if not directory.exists() else "it is not a directory"
         raise _refuse(directory, why, run_first)
     if not path.is_file():
-        why = "it holds no report.json (the run did not finish, or this is not a report dir)"
+        why = f"it holds no {path.name} (the run did not finish, or this is not a report dir)"
         raise _refuse(directory, why, run_first)
     try:
         data: Any = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise _refuse(directory, f"its report.json cannot be read ({exc})",
+        raise _refuse(directory, f"its {path.name} cannot be read ({exc})",
                       "rerun the matrix there to rewrite it") from None
     if isinstance(data, dict) and "environments" in data:
-        raise _refuse(directory, "its report.json is itself a merged report",
+        raise _refuse(directory, f"its {path.name} is itself a merged report",
                       "merge the per-environment report dirs it was made from")
     try:
         environment = data["environment"]
@@ -66,7 +64,7 @@ def read_report_dir(directory: Path) -> EnvironmentReport:
         results = [CellResult.from_json(cell) for cell in data["cells"]]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise _refuse(directory, f"its report.json is not a report of `python -m harness run` ({what})",
+        raise _refuse(directory, f"its {path.name} is not a report of `python -m harness run` ({what})",
                       "rerun the matrix there to rewrite it") from None
     for result in results:  # a cell the run skipped before judging carries no environment name
         result.environment = result.environment or name
@@ -74,7 +72,7 @@ def read_report_dir(directory: Path) -> EnvironmentReport:
 
 
 def _record_stem(report: EnvironmentReport, cell_id: str) -> Path:
-    return report.record_dir(cell_id) / RECORDS / cell_id
+    return ReportDir(report.record_dir(cell_id)).record(cell_id)
 
 
 def _has_record(report: EnvironmentReport, cell_id: str) -> bool:
@@ -130,7 +128,8 @@ def _check_inputs(directories: Sequence[Path], inputs: Sequence[EnvironmentRepor
             raise UsageError(
                 explain(
                     f"report dirs {str(seen[report.name])!r} and {str(report.directory)!r}",
-                    f"both hold environment {report.name!r} (report.json's environment.name), and the "
+                    f"both hold environment {report.name!r} ({ReportDir.REPORT_JSON}'s environment.name), "
+                    "and the "
                     "merged grid has one row per environment and task",
                     "one report dir per environment, e.g. reports/nodeepspeed reports/deepspeed, or every "
                     "shard of one (runs with --shard K/N)",

@@ -9,6 +9,8 @@ from typing import Any
 
 from harness.atomic_files import write_text_atomic
 from harness.errors import ReportDirError, explain
+from harness.layout.report_dir import ReportDir
+from harness.report.environment import RunEnvironment
 from harness.report.html import render_html, render_merged_html
 from harness.report.jsonfile import render_json, render_merged_json
 from harness.report.junit import render_junit, render_merged_junit
@@ -19,18 +21,11 @@ from harness.truth.outcome import CellResult
 Renderer = Callable[[Sequence[CellResult], dict[str, Any]], str]
 
 # File name -> renderer. report.json first: it is the one a partial write would hurt most.
-REPORT_FILES: dict[str, Renderer] = {
-    "report.json": render_json,
-    "junit.xml": render_junit,
-    "report.md": render_markdown,
-    "report.html": render_html,
-}
-MERGED_REPORT_FILES: dict[str, Callable[[MergedReport], str]] = {
-    "report.json": render_merged_json,
-    "junit.xml": render_merged_junit,
-    "report.md": render_merged_markdown,
-    "report.html": render_merged_html,
-}
+REPORT_FILES: dict[str, Renderer] = dict(
+    zip(ReportDir.REPORTS, (render_json, render_junit, render_markdown, render_html), strict=True))
+MERGED_REPORT_FILES: dict[str, Callable[[MergedReport], str]] = dict(
+    zip(ReportDir.REPORTS, (render_merged_json, render_merged_junit, render_merged_markdown,
+                            render_merged_html), strict=True))
 
 
 def _write_all(rendered: dict[str, str], report_dir: Path, flag: str) -> None:
@@ -49,13 +44,16 @@ def _write_all(rendered: dict[str, str], report_dir: Path, flag: str) -> None:
         ) from exc
 
 
-def write_reports(results: list[CellResult], environment: dict[str, Any], report_dir: Path) -> None:
-    """Write report.json, junit.xml, report.md and report.html into `report_dir`.
+def write_reports(results: list[CellResult], environment: RunEnvironment | dict[str, Any],
+                  report_dir: Path) -> None:
+    """Write report.json, junit.xml, report.md and report.html into `report_dir`. `environment` is
+    the run's (or, from a caller that has only that, report.json's environment block as is).
 
     Everything is rendered before anything is written, so a rendering bug cannot leave a mix of
     new and old files; each file then replaces its predecessor atomically (temp + os.replace).
     """
-    rendered = {name: render(results, environment) for name, render in REPORT_FILES.items()}
+    block = environment.to_json() if isinstance(environment, RunEnvironment) else environment
+    rendered = {name: render(results, block) for name, render in REPORT_FILES.items()}
     _write_all(rendered, Path(report_dir), "--report-dir")
 
 

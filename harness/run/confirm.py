@@ -13,36 +13,29 @@ behind by one run before it (a patched global, a reseeded RNG, a cached kernel):
 
 The cell's result keeps its first run's status and says what the rerun found (`CellResult.rerun`:
 its status, whether it ran alone, agreed, and had a bit-identical record). Its records go to
-`<report dir>/reruns/records/`, its launches to `launches/<shape>-rerun-NNN` and `-alone-NNN`.
+the report dir's reruns (ReportDir.rerun_records), its launches to `<shape>-rerun-NNN` and
+`-alone-NNN` launch directories.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from harness.layout.report_dir import ReportDir
+from harness.run.context import RunContext
+from harness.run.judging import judging
+from harness.run.launch_loop import launch_cells
 from harness.spec.cell import Cell
 from harness.truth.judge import cross_environment
 from harness.truth.outcome import CellResult, Rerun, Status
 from harness.truth.record import Record
 
-if TYPE_CHECKING:
-    from harness.run.runner import _Run
 
-LaunchCells = Callable[..., None]  # harness.run.runner.launch_cells
-Judging = Callable[..., Callable[[str, float], bool]]  # harness.run.runner._judged
-
-
-def confirm_failures(run: _Run, key: str, cells: list[Cell], launch_cells: LaunchCells,
-                     judging: Judging) -> None:
+def confirm_failures(run: RunContext, key: str, cells: list[Cell]) -> None:
     """Rerun `cells` (unexpected judged failures of one launch shape) and attach what the rerun
-    found to their results. The runner hands in its `launch_cells` and judge factory (the runner
-    imports this module, not the reverse)."""
-    records_dir = run.options.report_dir / "reruns" / "records"
-    for cell in cells:  # never judge a stale rerun record
-        for suffix in (".json", ".safetensors"):
-            (records_dir / (cell.id + suffix)).unlink(missing_ok=True)
+    found to their results."""
+    records_dir = run.layout.rerun_records
+    ReportDir.forget_records(records_dir, [cell.id for cell in cells])  # never judge a stale rerun record
     by_id = {c.id: c for c in cells}
     found: dict[str, CellResult] = {}
     alone: set[str] = set()
@@ -74,7 +67,7 @@ def confirm_failures(run: _Run, key: str, cells: list[Cell], launch_cells: Launc
             result.reason = f"{result.reason} [{result.rerun.summary()}]"
 
 
-def _agrees(run: _Run, cell: Cell, rerun: CellResult, records_dir: Path) -> tuple[bool, bool]:
+def _agrees(run: RunContext, cell: Cell, rerun: CellResult, records_dir: Path) -> tuple[bool, bool]:
     """(the rerun failed the same way, and its record is also bit-identical to the first run's)."""
     first = run.results[cell.id]
     agreed = rerun.status == Status.FAILED and rerun.failure == first.failure

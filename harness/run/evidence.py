@@ -8,14 +8,15 @@ import signal
 import time
 from pathlib import Path
 
+from harness.layout.launch_dir import LaunchDir
 from harness.run.processes import rank_pids
 
 
-def crash_detail(run_dir: Path, returncode: int | None, dead: dict[int, int], lines: int = 40) -> str:
+def crash_detail(launch: LaunchDir, returncode: int | None, dead: dict[int, int], lines: int = 40) -> str:
     """Which rank died (from torchrun's failure summary) and the tail of that rank's output."""
-    launcher = read_text(run_dir / "launcher.log")
-    logs = sorted((run_dir / "logs").glob("rank*.log"))
-    chosen = [p for p in logs if int(p.stem[4:]) in dead] or logs
+    launcher = read_text(launch.launcher_log)
+    logs = launch.logs()
+    chosen = [p for p in logs if LaunchDir.rank_of(p) in dead] or logs
     who = ", ".join(f"rank {r} died ({describe_exit(c)})" for r, c in sorted(dead.items()))
     parts = [
         (who or "a rank died (which one, the launcher did not say)") + f"; launch exit code {returncode}"
@@ -53,14 +54,14 @@ def read_text(path: Path) -> str:
         return ""
 
 
-def wait_for_stacks(run_dir: Path, wait_s: float) -> str:
+def wait_for_stacks(launch: LaunchDir, wait_s: float) -> str:
     deadline = time.monotonic() + wait_s
-    expected = len(rank_pids(run_dir))
+    expected = len(rank_pids(launch))
     while time.monotonic() < deadline:
-        files = sorted((run_dir / "stacks").glob("rank*.txt"))
+        files = launch.stacks()
         if expected and sum(1 for f in files if f.stat().st_size > 0) >= expected:
             time.sleep(0.2)  # let the dumps complete
             break
         time.sleep(0.1)
-    files = sorted((run_dir / "stacks").glob("rank*.txt"))
+    files = launch.stacks()
     return "\n".join(f"--- {f.stem} ---\n{read_text(f)}" for f in files) or "(no rank wrote its stack)"

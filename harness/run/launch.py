@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.layout.launch_dir import LaunchDir
 from harness.run.evidence import crash_detail, dead_ranks, read_text, wait_for_stacks
 from harness.run.processes import kill_tree, rank_pids, register, stop
 from harness.spec.cell import Cell
@@ -41,7 +42,7 @@ class LaunchOutcome:
     detail: str = ""
     not_started: list[Cell] = field(default_factory=list)
     # Start-up: from the launch to its first cell's start (imports, process group, DeepSpeed's
-    # one-off op build), and what the ranks' warm-up measured (status/warm_up.json).
+    # one-off op build), and what the ranks' warm-up measured (LaunchDir.warm_up).
     startup_s: float | None = None
     warm_up: dict[str, float] = field(default_factory=dict)
     # Where each finished cell's time went on rank 0 (harness.rank.phases), and the launch's
@@ -67,7 +68,7 @@ _BOOTSTRAP = (
 )
 
 
-def command(processes: int, run_dir: Path) -> list[str]:
+def command(processes: int, launch: LaunchDir) -> list[str]:
     return [
         sys.executable,
         "-c",
@@ -79,7 +80,7 @@ def command(processes: int, run_dir: Path) -> list[str]:
         "--monitor-interval=0.1",
         "-m",
         "harness.rank.worker",
-        str(run_dir),
+        str(launch.root),
     ]
 
 
@@ -96,7 +97,7 @@ def launch_env(cell: Cell) -> dict[str, str]:
 def run_launch(
     cells: list[Cell],
     emulated: dict[str, bool],
-    run_dir: Path,
+    launch: LaunchDir,
     records_dir: Path,
     timeout_s: float,
     on_started: Callable[[str], None],
@@ -108,9 +109,7 @@ def run_launch(
     `on_finished(cell_id, seconds)` judges a finished cell; returning False ends the launch there
     (the cells after it are returned in `not_started`, to run in a fresh launch). A cell that
     raised, crashed or hung ends the launch too: its processes exited or were stopped."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for sub in ("pids", "logs", "stacks", "status"):
-        (run_dir / sub).mkdir(exist_ok=True)
+    launch.create()
     plan = {
         # The cell whole (its axes), and its id only to name its files and for a reader.
         "cells": [{"id": c.id, "cell": asdict(c), "emulated": emulated.get(c.id, False)} for c in cells],
@@ -119,11 +118,10 @@ def run_launch(
         # when the parent imported them): every rank imports them before building a task.
         "task_imports": import_paths_of([c.task for c in cells]),
     }
-    (run_dir / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
-    status = run_dir / "status"
-    with open(run_dir / "launcher.log", "wb") as log:
+    launch.write_plan(plan)
+    with open(launch.launcher_log, "wb") as log:
         proc = subprocess.Popen(
-            command(cells[0].processes, run_dir),
+            command(cells[0].processes, launch),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=launch_env(cells[0]),
@@ -138,12 +136,12 @@ def run_launch(
         keep_going = True
         while keep_going and not should_stop():
             for cell in cells:
-                if cell.id not in started and (status / f"{cell.id}.started").exists():
+                if cell.id not in started and launch.started(cell.id).exists():
                     started[cell.id] = time.monotonic()
                     if outcome.startup_s is None:
                         outcome.startup_s = round(started[cell.id] - launch_start, 3)
                     on_started(cell.id)
-                done = status / f"{cell.id}.finished"
+                done = launch.finished(cell.id)
                 if cell.id not in outcome.finished and done.exists():
                     finished = json.loads(done.read_text())
                     seconds = float(finished["seconds"])
@@ -157,30 +155,30 @@ def run_launch(
             running = next((c for c in cells if c.id in started and c.id not in outcome.finished), None)
             now = time.monotonic()
             if running is not None and now - started[running.id] > timeout_s:
-                _on_timeout(proc, run_dir, outcome, running, timeout_s)
+                _on_timeout(proc, launch, outcome, running, timeout_s)
                 break
             if running is None and now - launch_start > timeout_s + STARTUP_GRACE_S:
                 first = next(c for c in cells if c.id not in outcome.finished)
-                _on_timeout(proc, run_dir, outcome, first, timeout_s + STARTUP_GRACE_S)
+                _on_timeout(proc, launch, outcome, first, timeout_s + STARTUP_GRACE_S)
                 break
             if proc.poll() is not None:
                 time.sleep(0.2)  # a status file may land just before the exit; read once more
                 if any(
-                    (status / f"{c.id}.finished").exists() and c.id not in outcome.finished for c in cells
+                    launch.finished(c.id).exists() and c.id not in outcome.finished for c in cells
                 ):
                     continue
-                _on_exit(proc, run_dir, outcome, cells, started)
+                _on_exit(proc, launch, outcome, cells, started)
                 break
             time.sleep(POLL_S)
         if len(outcome.finished) == len(cells) and not should_stop():  # let it exit on its own
             with contextlib.suppress(subprocess.TimeoutExpired):  # a rank stuck in teardown: killed below
                 proc.wait(timeout=30)
     finally:
-        stop(proc, run_dir)
+        stop(proc, launch)
     if outcome.broken_cell is not None:
         outcome.broken_seconds = time.monotonic() - started.get(outcome.broken_cell, launch_start)
     with contextlib.suppress(OSError, ValueError):
-        outcome.warm_up = dict(json.loads((status / "warm_up.json").read_text(encoding="utf-8")))
+        outcome.warm_up = dict(json.loads(launch.warm_up.read_text(encoding="utf-8")))
     done_ids = set(outcome.finished) | {outcome.broken_cell}
     outcome.not_started = [c for c in cells if c.id not in done_ids]
     outcome.wall_s = round(time.monotonic() - launch_start, 3)
@@ -188,37 +186,35 @@ def run_launch(
 
 
 def _on_timeout(
-    proc: subprocess.Popen[bytes], run_dir: Path, outcome: LaunchOutcome, cell: Cell, limit: float
+    proc: subprocess.Popen[bytes], launch: LaunchDir, outcome: LaunchOutcome, cell: Cell, limit: float
 ) -> None:
-    for pid in rank_pids(run_dir):
+    for pid in rank_pids(launch):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGUSR1)
-    stacks = wait_for_stacks(run_dir, STACK_WAIT_S)
-    kill_tree(proc.pid, run_dir)
+    stacks = wait_for_stacks(launch, STACK_WAIT_S)
+    kill_tree(proc.pid, launch)
     outcome.broken_cell, outcome.broken_status = cell.id, "timeout"
     outcome.detail = f"no result within {limit:.0f} s; Python stacks of every rank:\n\n{stacks}"
 
 
 def _on_exit(
     proc: subprocess.Popen[bytes],
-    run_dir: Path,
+    launch: LaunchDir,
     outcome: LaunchOutcome,
     cells: list[Cell],
     started: dict[str, float],
 ) -> None:
-    status = run_dir / "status"
     pending = [c for c in cells if c.id not in outcome.finished]
     running = next((c for c in pending if c.id in started), pending[0])
-    error_files = status.glob(f"{running.id}.error.rank*")
-    errors = {int(e.name.rsplit("rank", 1)[1]): read_text(e) for e in error_files}
+    errors = {rank: read_text(path) for rank, path in launch.errors(running.id).items()}
     error_text = "\n".join(f"--- exception on rank {r} ---\n{text}" for r, text in sorted(errors.items()))
-    dead = dead_ranks(read_text(run_dir / "launcher.log"))
+    dead = dead_ranks(read_text(launch.launcher_log))
     # A rank that died without writing its exception crashed (killed, os._exit, segfault); the
     # others then fail in their collectives, which is a consequence, not the cause.
     if any(r not in errors for r in dead) or not errors:
         outcome.broken_status = "crashed"
         silent = {r: c for r, c in dead.items() if r not in errors}
-        outcome.detail = crash_detail(run_dir, proc.returncode, silent) + (
+        outcome.detail = crash_detail(launch, proc.returncode, silent) + (
             "\n" + error_text if errors else ""
         )
     else:

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-from pathlib import Path
 
 import psutil
+
+from harness.layout.launch_dir import LaunchDir
 
 # Launchers not yet reaped, killed by cleanup_all (atexit, SIGINT/SIGTERM). Popen objects, not
 # bare pids: a reaped pid may be recycled by an unrelated process, which we must never signal.
 _live: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def rank_pids(run_dir: Path) -> list[int]:
+def rank_pids(launch: LaunchDir) -> list[int]:
     pids = []
-    for path in (run_dir / "pids").glob("rank*"):
+    for path in launch.pid_files():
         try:
             pids.append(int(path.read_text()))
         except (OSError, ValueError):
@@ -28,7 +29,7 @@ def rank_pids(run_dir: Path) -> list[int]:
     return pids
 
 
-def kill_tree(launcher_pid: int, run_dir: Path | None = None) -> None:
+def kill_tree(launcher_pid: int, launch: LaunchDir | None = None) -> None:
     """SIGKILL the launcher, every descendant and every rank that wrote a pid file; wait for them."""
     procs: dict[int, psutil.Process] = {}
     try:
@@ -39,7 +40,7 @@ def kill_tree(launcher_pid: int, run_dir: Path | None = None) -> None:
         procs.update({p.pid: p for p in root.children(recursive=True)})
     except psutil.NoSuchProcess:
         pass
-    for pid in rank_pids(run_dir) if run_dir else []:
+    for pid in rank_pids(launch) if launch else []:
         try:
             proc = psutil.Process(pid)
             if "harness.rank.worker" in " ".join(proc.cmdline()):  # never a recycled pid of someone else
@@ -53,13 +54,13 @@ def kill_tree(launcher_pid: int, run_dir: Path | None = None) -> None:
     psutil.wait_procs(list(procs.values()), timeout=10)
 
 
-def stop(proc: subprocess.Popen[bytes], run_dir: Path | None) -> None:
+def stop(proc: subprocess.Popen[bytes], launch: LaunchDir | None) -> None:
     """End a launch for good: its tree while the launcher is unreaped, and any rank left over."""
     if proc.poll() is None:
-        kill_tree(proc.pid, run_dir)
+        kill_tree(proc.pid, launch)
         proc.wait()
-    elif run_dir is not None:
-        kill_tree(-1, run_dir)
+    elif launch is not None:
+        kill_tree(-1, launch)
     _live.pop(proc.pid, None)
 
 

@@ -22,8 +22,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from harness.layout.report_dir import ReportDir
+from harness.run.context import RunContext
+from harness.run.launch_loop import launch_cells
+from harness.run.schedule import launch_group_key
 from harness.spec.availability import Host, check
 from harness.spec.cell import Cell, ResumeCell, SourceCell
 from harness.spec.resume import checkpoints_dir
@@ -31,14 +35,8 @@ from harness.truth.judge import new_result
 from harness.truth.outcome import CellResult, Status
 from harness.truth.resume import judge_resume, source_problem
 
-if TYPE_CHECKING:
-    from harness.run.runner import _Run
 
-# harness.run.runner.launch_cells, handed in (the runner imports this module, not the reverse).
-LaunchCells = Callable[..., None]
-
-
-def run_resume(run: _Run, cells: list[ResumeCell], host: Host, launch_cells: LaunchCells) -> None:
+def run_resume(run: RunContext, cells: list[ResumeCell], host: Host) -> None:
     """Judge every resume cell in `cells` (each already checked runnable at its destination)."""
     records = run.records_dir
     checkpoints = checkpoints_dir(records)
@@ -61,13 +59,11 @@ def run_resume(run: _Run, cells: list[ResumeCell], host: Host, launch_cells: Lau
         waiting.setdefault(cell.checkpoint_name, []).append(cell)
     for name in waiting:  # never resume from, or judge, what an earlier run left here
         shutil.rmtree(checkpoints / name, ignore_errors=True)
-        for stem in [name] + [c.id for c in waiting[name]]:
-            for suffix in (".json", ".safetensors"):
-                (records / (stem + suffix)).unlink(missing_ok=True)
+        ReportDir.forget_records(records, [name] + [c.id for c in waiting[name]])
     failed: dict[str, str] = {}  # checkpoint name -> why its source left nothing to resume from
     jobs: list[Callable[[], None]] = [lambda: _write_goldens(goldens, records, checkpoints, failed)]
     for key, group in _by_shape(list(sources.values())).items():
-        jobs.append(_source_launch(run, launch_cells, key, group, checkpoints, failed))
+        jobs.append(_source_launch(run, key, group, checkpoints, failed))
     _in_parallel(run, jobs)
     ready: list[Cell] = []
     for name, destinations in waiting.items():
@@ -78,18 +74,18 @@ def run_resume(run: _Run, cells: list[ResumeCell], host: Host, launch_cells: Lau
                 ready.append(cell)
     if run.stopping:
         return
-    _in_parallel(run, [_destination_launch(run, launch_cells, key, group)
+    _in_parallel(run, [_destination_launch(run, key, group)
                        for key, group in _by_shape(ready).items()])
 
 
 def _by_shape(cells: list[Any]) -> dict[str, list[Any]]:
     groups: dict[str, list[Any]] = {}
     for cell in cells:
-        groups.setdefault(f"{cell.device}{cell.processes}", []).append(cell)
+        groups.setdefault(launch_group_key(cell), []).append(cell)
     return groups
 
 
-def _in_parallel(run: _Run, jobs: list[Callable[[], None]]) -> None:
+def _in_parallel(run: RunContext, jobs: list[Callable[[], None]]) -> None:
     workers = max(1, run.options.parallel_launches or 2)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resume") as pool:
         for future in [pool.submit(job) for job in jobs]:
@@ -110,8 +106,8 @@ def _write_goldens(goldens: dict[str, ResumeCell], records: Path, checkpoints: P
             failed[name] = f"the reference could not write it: {type(exc).__name__}: {exc}"
 
 
-def _source_launch(run: _Run, launch_cells: LaunchCells, key: str, group: list[SourceCell],
-                   checkpoints: Path, failed: dict[str, str]) -> Callable[[], None]:
+def _source_launch(run: RunContext, key: str, group: list[SourceCell], checkpoints: Path,
+                   failed: dict[str, str]) -> Callable[[], None]:
     def judged(cell_id: str, _seconds: float) -> bool:
         problem = source_problem(run.records_dir / cell_id, checkpoints / cell_id)
         if problem is not None:
@@ -124,8 +120,7 @@ def _source_launch(run: _Run, launch_cells: LaunchCells, key: str, group: list[S
     return lambda: launch_cells(run, key, group, run.records_dir, judged, broken, label="-resume-source")
 
 
-def _destination_launch(run: _Run, launch_cells: LaunchCells, key: str, group: list[ResumeCell]
-                        ) -> Callable[[], None]:
+def _destination_launch(run: RunContext, key: str, group: list[ResumeCell]) -> Callable[[], None]:
     from harness.tasks import get_task
 
     by_id = {cell.id: cell for cell in group}

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.layout.report_dir import ReportDir
 from harness.sensitivity.bug import Bug, CatalogError, core_copy, patched_copy
 
 Verdict = Literal["caught", "missed", "catalog_error"]
@@ -131,7 +132,7 @@ def _run_cells(name: str, select: str, workdir: Path, timeout_s: float, keep: Pa
     command = [sys.executable, "-m", "harness", "run", "-k", select, "--report-dir", str(report_dir),
                "--overwrite", "-q", *(["--isolate"] if isolate else []), "--timeout", str(timeout_s)]
     done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, check=False)
-    report = report_dir / "report.json"
+    report = ReportDir(report_dir).report_json
     if not report.is_file():
         tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
         raise CatalogError(f"{name}: `harness run -k {select!r}` wrote no report (exit "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import ReportDirError, UsageError, explain
+from harness.layout.report_dir import ReportDir
 from harness.report.merged import EnvironmentReport
 
 SAME_ENVIRONMENT = ("torch", "deepspeed", "python")  # environment keys every shard must share
@@ -60,7 +61,8 @@ def _read_block(report: EnvironmentReport) -> _Shard | None:
         sound = False
     if not sound:
         raise ReportDirError(explain(
-            f"report dir {str(report.directory)!r}", "its report.json's environment.shard is not what "
+            f"report dir {str(report.directory)!r}",
+            f"its {ReportDir.REPORT_JSON}'s environment.shard is not what "
             "`python -m harness run --shard K/N` writes (index, count, cells, positions, selected, run)",
             _VALID, "rerun that shard to rewrite it"))
     return shard

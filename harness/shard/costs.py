@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError, explain
+from harness.layout.report_dir import ReportDir
 from harness.spec.cell import Cell, ResumeCell
 
 # Mean seconds of one cell inside a running launch, by strategy (which fixes the process count
@@ -59,7 +60,8 @@ def table_seconds(cell: Cell) -> float:
 def _refuse(path: Path, why: str) -> UsageError:
     return UsageError(explain(
         f"--shard-costs {str(path)!r}", why,
-        "the report.json of an earlier `python -m harness run` or `report merge`, the same file for "
+        f"the {ReportDir.REPORT_JSON} of an earlier `python -m harness run` or `report merge`, the same file "
+        "for "
         "every shard",
         "pass such a file, or leave --shard-costs out to balance by the built-in table"))
 

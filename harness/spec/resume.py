@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.layout.report_dir import ReportDir
 from harness.spec.cell import GOLDEN_SOURCE, PRECISIONS, RESUME_SEPARATOR, Cell, ResumeCell
 from harness.spec.matrix_entries import Expected, Match, bad, check_value, only_keys, parse_expected
 
@@ -58,7 +59,7 @@ class ResumePoint:
 def checkpoints_dir(records_dir: Path) -> Path:
     """A run's checkpoints live beside its records, in the report dir: `checkpoints/<name>/`,
     named by the SourceCell id (or `{task}-golden-{precision}@step{k}`)."""
-    return records_dir.parent / "checkpoints"
+    return ReportDir.checkpoints_beside(records_dir)
 
 
 @dataclass(frozen=True)

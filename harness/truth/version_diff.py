@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import torch
 
+from harness.layout.report_dir import ReportDir
 from harness.spec.tolerances import Tolerance
 from harness.truth.record import Record
 
@@ -29,7 +30,7 @@ CHANGES: tuple[Change, ...] = ("bit-identical", "within tolerance", "diverged", 
 
 def _environment(report_dir: Path) -> dict[str, Any]:
     try:
-        data = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
+        data = json.loads(ReportDir(report_dir).report_json.read_text(encoding="utf-8"))
         environment = data.get("environment", {})
         return environment if isinstance(environment, dict) else {}
     except (OSError, ValueError, AttributeError):

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-BEHAVIOURS_FILE = "behaviours.json"  # in a report dir, beside report.json
+from harness.layout.report_dir import ReportDir
 
 Verdict = Literal["present", "fixed", "other", "not run"]
 
@@ -100,14 +100,14 @@ def write_behaviours(report_dir: Path, versions: dict[str, str], results: list[B
     from harness.atomic_files import write_text_atomic
 
     data = {"versions": versions, "error": error, "behaviours": [r.to_json() for r in results]}
-    path = Path(report_dir) / BEHAVIOURS_FILE
+    path = ReportDir(Path(report_dir)).behaviours
     write_text_atomic(path, json.dumps(data, indent=2) + "\n")
     return path
 
 
 def read_behaviours(report_dir: Path) -> dict[str, Any] | None:
     """The behaviours.json of a report dir, or None when the run probed none (or it is unreadable)."""
-    path = Path(report_dir) / BEHAVIOURS_FILE
+    path = ReportDir(Path(report_dir)).behaviours
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -13,7 +13,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-STATUS_FILE = "version_status.json"
+from harness.layout.report_dir import ReportDir
+
 _IMPORT = "import torch, deepspeed"  # in a fresh process: an import failure must not end this one
 
 
@@ -51,14 +52,14 @@ def environment_status() -> dict[str, Any]:
 def write_status(report_dir: Path, status: dict[str, Any]) -> Path:
     from harness.atomic_files import write_text_atomic
 
-    path = Path(report_dir) / STATUS_FILE
+    path = ReportDir(Path(report_dir)).version_status
     write_text_atomic(path, json.dumps(status, indent=2) + "\n")
     return path
 
 
 def read_status(report_dir: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads((Path(report_dir) / STATUS_FILE).read_text(encoding="utf-8"))
+        data = json.loads(ReportDir(Path(report_dir)).version_status.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -17,12 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.layout.report_dir import ReportDir
 from harness.truth.outcome import CellResult, Status
 from harness.truth.record_changes import record_changes_summary, summary_line
 from harness.versions.behaviours import BEHAVIOURS, read_behaviours
 from harness.versions.status import read_status
-
-TIMES_FILE = "sweep_times.json"  # written by the sweep's session: seconds per phase
 
 
 @dataclass
@@ -53,7 +52,7 @@ def _short(text: str, limit: int = 240) -> str:
 
 def read_times(report_dir: Path) -> dict[str, float]:
     try:
-        data = json.loads((Path(report_dir) / TIMES_FILE).read_text(encoding="utf-8"))
+        data = json.loads(ReportDir(Path(report_dir)).sweep_times.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}

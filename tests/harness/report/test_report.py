@@ -192,7 +192,7 @@ def test_unwritable_report_dir_says_what_and_how(tmp_path: Path) -> None:
 def test_environment_info_reads_versions_without_importing_deepspeed() -> None:
     code = (
         "import sys, json; from harness.report import environment_info; "
-        "info = environment_info('x'); print(json.dumps([info, 'deepspeed' in sys.modules]))"
+        "info = environment_info('x'); print(json.dumps([info.to_json(), 'deepspeed' in sys.modules]))"
     )
     command = [sys.executable, "-c", code]
     out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
@@ -304,3 +304,23 @@ def test_comparison_line_keeps_small_shares_of_the_tolerance_visible() -> None:
     assert "25000% of tolerance used" in comparison_line(
         Comparison("losses", False, 0.25, 0.5, 1e-5, 1e-3, "step 3", tolerance_used=250.0)
     )
+
+
+def test_the_run_environment_keeps_report_json_environment_keys_in_order() -> None:
+    from harness.report import environment_info
+    from harness.run.startup import StartupSummary
+
+    environment = environment_info("x")
+    base = ["name", "python", "python_executable", "platform", "machine", "hostname", "torch", "deepspeed",
+            "deepspeed_installed", "accelerate_core", "ci", "cpu_count", "cuda_available",
+            "cuda_device_count", "cuda_devices", "torch_cuda"]
+    assert list(environment.to_json()) == base  # as the pytest items and script mode write it
+    environment.shard = {"index": 1, "count": 2}
+    environment.interrupted = "by SIGINT: 1 of 2 cells finished"
+    environment.with_startup(None)  # `harness run` says its start-up even when nothing launched
+    assert list(environment.to_json()) == [*base, "shard", "interrupted", "startup"]
+    assert environment.to_json()["startup"] is None
+    launch = {"launch": "cpu1-001", "cells": 1, "startup_s": 2.0, "warm_up_s": 1.5, "deepspeed_ops_s": None}
+    environment.with_startup(StartupSummary([launch], {"wall_s": 3.0}))
+    assert environment.to_json()["startup"] == {"launches": 1, "total_s": 2.0, "deepspeed_ops_s": None,
+                                                "per_launch": [launch], "profile": {"wall_s": 3.0}}

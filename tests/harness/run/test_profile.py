@@ -2,17 +2,19 @@
 
 One run serves both tests: `python -m harness run --profile` (in this process: harness.cli.main.main;
 its launch a real torchrun) of two cpu1 cells, which share one launch. Its report dir holds what
-the runner measured (startup.json, each cell's result); its stdout is what the CLI printed."""
+the runner measured (report.json's environment.startup, each cell's result); its stdout is what
+the CLI printed."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from harness.layout.report_dir import ReportDir
 from harness.run.profile import CELL_PHASES, profile_lines
-from harness.run.startup import read_startup
 from harness.truth.outcome import CellResult, Status
 from tests.harness.runner_helpers import (
     SMALL_MATRIX,
@@ -45,8 +47,10 @@ def test_a_run_records_its_start_up_every_cell_phase_and_its_judging(
     assert sorted(r.id for r in results) == ["regression-cpu1-single-bf16", "regression-cpu1-single-fp32"], (
         output_tail(done))
     assert [r.status for r in results] == [Status.PASSED, Status.PASSED], output_tail(done)
-    startup = read_startup(report_dir)
+    startup = report(report_dir)["environment"]["startup"]
     assert startup is not None
+    # startup.json, the report dir's documented copy, holds the same figures.
+    assert json.loads(ReportDir(report_dir).startup.read_text(encoding="utf-8")) == startup
     profile = startup["profile"]
     assert isinstance(profile, dict) and profile["launches"] == 1 and profile["cells"] == 2
     seconds = profile["seconds"]

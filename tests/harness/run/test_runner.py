@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.run.runner import RunOptions, launch_group_key, run_cells
-from harness.run.startup import read_startup, startup_line
+from harness.layout.report_dir import ReportDir
+from harness.run.runner import RunOptions, RunOutcome, launch_group_key, run_cells, run_outcome
 from harness.spec.cell import Cell
 from harness.truth.judge import cross_environment
 from harness.truth.outcome import CellResult, Failure, Status
@@ -45,11 +45,17 @@ class Recorder:
 
 
 @pytest.fixture(scope="module")
-def grouped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[CellResult], Recorder]:
+def grouped_outcome(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunOutcome, Recorder]:
     report_dir = tmp_path_factory.mktemp("grouped")
     recorder = Recorder()
-    results = run_cells([Cell.from_id(i) for i in IDS], RunOptions(report_dir, timeout_s=90), recorder)
-    return report_dir, results, recorder
+    outcome = run_outcome([Cell.from_id(i) for i in IDS], RunOptions(report_dir, timeout_s=90), recorder)
+    return report_dir, outcome, recorder
+
+
+@pytest.fixture(scope="module")
+def grouped(grouped_outcome: tuple[Path, RunOutcome, Recorder]) -> tuple[Path, list[CellResult], Recorder]:
+    report_dir, outcome, recorder = grouped_outcome
+    return report_dir, outcome.results, recorder
 
 
 def test_every_requested_cell_has_a_result_in_order(grouped: tuple[Path, list[CellResult], Recorder]) -> None:
@@ -137,13 +143,16 @@ def test_randomness_in_training_is_detected_and_fails_multi_process_cells(
     assert "draws random numbers during training (dropout?): per-process streams diverge" in pair.reason
 
 
-def test_startup_is_measured_apart_from_the_cells(grouped: tuple[Path, list[CellResult], Recorder]) -> None:
-    startup = read_startup(grouped[0])
-    assert startup is not None and startup["launches"] == 4
-    per_launch = {entry["launch"]: entry for entry in startup["per_launch"]}  # type: ignore[attr-defined]
-    assert all(entry["startup_s"] > 0 and entry["warm_up_s"] > 0 for entry in per_launch.values())
-    assert startup["deepspeed_ops_s"] is None  # no DeepSpeed cell: no op built
-    assert "start-up: 4 launch(es)" in startup_line(startup)
+def test_startup_is_measured_apart_from_the_cells(grouped_outcome: tuple[Path, RunOutcome, Recorder]) -> None:
+    report_dir, outcome, _ = grouped_outcome
+    assert outcome.startup is not None and outcome.startup.launches == 4
+    per_launch = {str(entry["launch"]): entry for entry in outcome.startup.per_launch}
+    assert all(float(str(entry["startup_s"])) > 0 and float(str(entry["warm_up_s"])) > 0
+               for entry in per_launch.values())
+    assert outcome.startup.deepspeed_ops_s is None  # no DeepSpeed cell: no op built
+    assert "start-up: 4 launch(es)" in outcome.startup.line()
+    # The report dir keeps the documented copy: the same figures the run returned.
+    assert json.loads(ReportDir(report_dir).startup.read_text(encoding="utf-8")) == outcome.startup.to_json()
 
 
 def test_nan_canary_diagnosis_names_the_step(grouped: tuple[Path, list[CellResult], Recorder]) -> None:

@@ -1,0 +1,73 @@
+"""Scheduling a run: which requested cells launch, in which launch group, and in what order.
+
+A cell whose task the harness cannot build is an error and one that cannot run here is skipped,
+both without a launch to pay for. The rest share a launch per shape (`launch_group_key`), with
+the cells declared to fail last in their group (a declared exception or crash ends its launch);
+resume cells go to harness.run.resume (a source launch, then a destination one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.run.context import RunContext
+from harness.spec.availability import Host, check
+from harness.spec.cell import Cell, ResumeCell
+from harness.truth.judge import new_result
+from harness.truth.outcome import Status
+
+
+def launch_group_key(cell: Cell) -> str:
+    """Cells with the same key run in one launch: same device kind and number of processes."""
+    return f"{cell.device}{cell.processes}"
+
+
+@dataclass
+class Schedule:
+    groups: dict[str, list[Cell]] = field(default_factory=dict)  # launch group key -> its cells
+    resume_cells: list[ResumeCell] = field(default_factory=list)
+
+    @property
+    def cpu_groups(self) -> list[tuple[str, list[Cell]]]:
+        """CPU groups: run side by side (each launch's processes take their own cores)."""
+        return [(k, g) for k, g in self.groups.items() if g[0].device == "cpu"]
+
+    @property
+    def device_groups(self) -> list[tuple[str, list[Cell]]]:
+        """GPU groups: one after another (they would share devices)."""
+        return [(k, g) for k, g in self.groups.items() if g[0].device != "cpu"]
+
+
+def schedule(run: RunContext, cells: list[Cell], host: Host) -> Schedule:
+    """Finish the cells that need no launch (their results go to `run`) and group the rest."""
+    plan = Schedule()
+    for cell in cells:
+        unknown = _unknown_task(cell)
+        if unknown:  # the harness cannot build it: not judged, and no launch to pay for
+            run.finish(cell, new_result(cell, Status.ERROR, unknown))
+            continue
+        verdict = check(cell, host)
+        if not verdict.runnable:
+            run.finish(
+                cell, new_result(cell, Status.SKIPPED, verdict.reason, extra={"reason_code": verdict.code})
+            )
+            continue
+        run.emulated[cell.id] = verdict.emulated
+        if isinstance(cell, ResumeCell):
+            plan.resume_cells.append(cell)
+            continue
+        plan.groups.setdefault(launch_group_key(cell), []).append(cell)
+    declared = {c.id for c in cells if run.matrix.expected_outcome(c, run.options.env_name) is not None}
+    for key, group in plan.groups.items():  # stable: the selection's order otherwise
+        plan.groups[key] = sorted(group, key=lambda c: c.id in declared)
+    return plan
+
+
+def _unknown_task(cell: Cell) -> str:
+    from harness.tasks import get_task
+
+    try:
+        get_task(cell.task)
+    except KeyError as exc:
+        return str(exc.args[0])
+    return ""
