@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.calibrate.variants import splits_change_the_math
+from harness.layout.report_dir import ReportDir
 from harness.spec.cell import Cell
 from harness.spec.tolerances import FAMILIES, Tolerance
 from harness.tasks import get_task
@@ -31,8 +32,9 @@ class CellCheck:
 
 
 def check_cells(report_dir: Path, per_task: dict[tuple[str, str, str], Tolerance]) -> list[CellCheck]:
-    """Every cell that passed in `report_dir` (report.json and records/), judged again."""
-    report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
+    """Every cell that passed in `report_dir` (its report and records), judged again."""
+    folder = ReportDir(report_dir)
+    report = json.loads(folder.report_json.read_text(encoding="utf-8"))
     out = []
     for entry in report["cells"]:
         if entry["status"] != "passed":
@@ -45,7 +47,7 @@ def check_cells(report_dir: Path, per_task: dict[tuple[str, str, str], Tolerance
             why = uncovered or "not calibrated (no golden of its own here)"
             out.append(CellCheck(cell.id, True, why, 0.0))
             continue
-        record = Record.load(report_dir / "records" / cell.id)
+        record = Record.load(folder.record(cell.id))
         golden = load_golden(golden_task, cell.precision)
         comparisons = compare_record(record, golden, tolerance, expected_output_dtype(cell))
         failing = [c for c in comparisons if not c.ok]

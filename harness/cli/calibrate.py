@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness.errors import EXIT_FAILED, EXIT_USAGE
+from harness.layout.report_dir import ReportDir
 
 EXIT_OK = 0
 
@@ -42,8 +43,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from harness.truth.golden import owned_golden_pairs
 
     safety = SAFETY_FACTOR if args.safety_factor is None else args.safety_factor
-    if args.check_records is not None and not (args.check_records / "report.json").is_file():
-        print(f"error: --check-records {args.check_records}: no report.json there. Valid: the "
+    if args.check_records is not None and not ReportDir(args.check_records).report_json.is_file():
+        print(f"error: --check-records {args.check_records}: no {ReportDir.REPORT_JSON} there. Valid: the "
               "--report-dir of a `python -m harness run` (it keeps records/). Fix: run the matrix with "
               "--report-dir first")
         return EXIT_USAGE
