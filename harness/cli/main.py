@@ -22,6 +22,9 @@ def _selection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-k", dest="keyword", metavar="EXPR", help="pytest -k grammar over cell ids")
     parser.add_argument("-m", dest="markexpr", metavar="MARKEXPR", help="pytest marker expression")
     parser.add_argument("--matrix", type=Path, default=None, help="matrix file (default matrix/matrix.toml)")
+    parser.add_argument("--implementation", action="append", metavar="NAME",
+                        help="the implementation whose cells to select (repeatable; 'all' for every one of "
+                        "the matrix's implementation axis; default: core, this project's own)")
 
 
 def _seconds(text: str) -> float:

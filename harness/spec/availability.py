@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from accelerate_core.imports import DEEPSPEED_INSTALL_HINT, is_deepspeed_available
+from harness import implementations
 from harness.spec.cell import Cell
 
 # Reason codes (stable: reports and tests key on them).
@@ -20,6 +21,7 @@ NO_CUDA = "needs_cuda"
 FEW_CUDA = "needs_more_cuda_devices"
 FEW_CPUS = "needs_more_cpu_cores"
 NO_DEEPSPEED = "deepspeed_not_installed"
+NO_IMPLEMENTATION = "implementation_not_installed"
 FP16_NEEDS_EMULATION = "fp16_needs_emulation"
 
 
@@ -35,6 +37,8 @@ class Host:
     # Run DeepSpeed fp16 on such a CPU through the labelled emulation (README, "DeepSpeed on
     # CPU") instead of skipping.
     allow_cpu_fp16_emulation: bool = True
+    # The implementations whose package is installed here (harness.implementations).
+    implementations: frozenset[str] = frozenset({"core"})
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ def probe_host(allow_cpu_fp16_emulation: bool = True) -> Host:
         deepspeed=is_deepspeed_available(),
         cpu_native_fp16=_cpu_native_fp16(),
         allow_cpu_fp16_emulation=allow_cpu_fp16_emulation,
+        implementations=frozenset(n for n in implementations.names() if implementations.is_installed(n)),
     )
 
 
@@ -83,6 +88,10 @@ def check(cell: Cell, host: Host) -> Availability:
             FEW_CPUS,
             f"needs {cell.processes} CPU cores for {cell.processes} processes, found {host.cpu_cores}",
         )
+    if cell.implementation not in host.implementations:
+        known = implementations.KNOWN[cell.implementation]
+        return Availability(False, NO_IMPLEMENTATION,
+                            f"implementation {cell.implementation!r} is not installed ({known.install_hint})")
     if cell.is_deepspeed and not host.deepspeed:
         return Availability(False, NO_DEEPSPEED, f"deepspeed is not installed ({DEEPSPEED_INSTALL_HINT})")
     if cell.is_deepspeed and cell.device == "cpu" and cell.precision == "fp16" and not host.cpu_native_fp16:

@@ -2,6 +2,9 @@
 
 A cell id is `{task}-{device}{processes}-{strategy}-{precision}` (README "The harness"), e.g.
 `mlp-cpu2-zero3-bf16`. Task names use [a-z0-9_] only, so an id splits on '-' unambiguously.
+A cell of another implementation than the project's own core (the `implementation` axis,
+harness.implementations; docs/implementations.md) ends in `-{implementation}`, e.g.
+`mlp-cpu2-zero3-bf16-accelerate`; the core's cells keep the ids they always had.
 
 A resume cell (`ResumeCell`, docs/resume.md) is the source cell's id, ':', and the destination
 cell's id without its task, e.g. `classifier-cpu2-zero3-fp32:cpu1-single-fp32`; or
@@ -23,12 +26,14 @@ StrategyName = Literal["single", "ddp", "zero1", "zero2", "zero3", "fsdp"]
 Precision = Literal["fp32", "fp16", "bf16"]
 
 TASK_NAME = re.compile(r"^[a-z0-9_]+$")
+CORE = "core"  # the implementation under test by default: accelerate_core
 DEVICES: tuple[Device, ...] = get_args(Device)
 STRATEGIES: tuple[StrategyName, ...] = get_args(StrategyName)
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 CELL_ID = re.compile(
     r"^(?P<task>[a-z0-9_]+)-(?P<device>cpu|cuda)(?P<processes>[0-9]+)-"
-    r"(?P<strategy>single|ddp|zero1|zero2|zero3|fsdp)-(?P<precision>fp32|fp16|bf16)$"
+    r"(?P<strategy>single|ddp|zero1|zero2|zero3|fsdp)-(?P<precision>fp32|fp16|bf16)"
+    r"(?:-(?P<implementation>[a-z0-9_]+))?$"
 )
 
 
@@ -39,10 +44,13 @@ class Cell:
     processes: int
     strategy: StrategyName
     precision: Precision
+    # Which Accelerator runs the user loop (harness.implementations); "core" is absent from ids.
+    implementation: str = CORE
 
     @property
     def id(self) -> str:
-        return f"{self.task}-{self.device}{self.processes}-{self.strategy}-{self.precision}"
+        base = f"{self.task}-{self.device}{self.processes}-{self.strategy}-{self.precision}"
+        return base if self.implementation == CORE else f"{base}-{self.implementation}"
 
     @property
     def is_deepspeed(self) -> bool:
@@ -86,9 +94,9 @@ class Cell:
         if match is None:
             raise ValueError(
                 f"cell id {cell_id!r}: not of the form {{task}}-{{device}}{{processes}}-{{strategy}}-"
-                f"{{precision}}. Valid: task [a-z0-9_]+, device {DEVICES}, strategy {STRATEGIES}, "
-                f"precision {PRECISIONS}, e.g. 'mlp-cpu2-zero3-bf16'. Fix: list ids with "
-                "`python -m harness list`"
+                f"{{precision}}[-{{implementation}}]. Valid: task [a-z0-9_]+, device {DEVICES}, strategy "
+                f"{STRATEGIES}, precision {PRECISIONS}, e.g. 'mlp-cpu2-zero3-bf16' or "
+                "'mlp-cpu2-zero3-bf16-accelerate'. Fix: list ids with `python -m harness list`"
             )
         return cls(
             task=match["task"],
@@ -96,6 +104,7 @@ class Cell:
             processes=int(match["processes"]),
             strategy=cast(StrategyName, match["strategy"]),
             precision=cast(Precision, match["precision"]),
+            implementation=match["implementation"] or CORE,
         )
 
 
@@ -181,6 +190,7 @@ class ResumeCell(Cell):
         except ValueError:
             destination = None
         if (destination is None or RESUME_SEPARATOR in destination_text or precision != destination.precision
+                or destination.implementation != CORE
                 or not (source == GOLDEN_SOURCE or SHAPE_STRATEGY.match(source))):
             raise ValueError(
                 f"resume cell id {cell_id!r}: not of the form {valid}; both sides name the same "

@@ -21,9 +21,10 @@ from typing import Any
 
 import tomllib
 
+from harness import implementations
 from harness.errors import MatrixError, explain
 from harness.paths import MATRIX_PATH, golden_dir_for
-from harness.spec.cell import DEVICES, PRECISIONS, STRATEGIES, Cell, ResumeCell
+from harness.spec.cell import CORE, DEVICES, PRECISIONS, STRATEGIES, Cell, ResumeCell
 from harness.spec.matrix_entries import (
     Environment,
     Expected,
@@ -166,6 +167,7 @@ def _build(file: Path, raw: dict[str, Any], tasks: set[str]) -> Matrix:
         "device": DEVICES,
         "strategy": STRATEGIES,
         "precision": PRECISIONS,
+        "implementation": implementations.names(),
     }
     for name, values in axes.items():
         if name not in valid_axes:
@@ -176,7 +178,8 @@ def _build(file: Path, raw: dict[str, Any], tasks: set[str]) -> Matrix:
             check_value(file, f"[axes].{name}", name, value, valid_axes)
     shapes = parse_shapes(file, raw.get("shapes", []), valid_axes)
     cells = [
-        Cell(task, device, processes, strategy, precision)
+        Cell(task, device, processes, strategy, precision, implementation)
+        for implementation in axes.get("implementation", [CORE])
         for task in axes.get("task", [])
         for device, processes, strategies in shapes
         if device in axes.get("device", DEVICES)
