@@ -15,8 +15,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from accelerate_core import Accelerator, DeepSpeedPlugin, FSDPPlugin
+from accelerate_core.evidence import what_ran
+from harness.rank.activations import watching_activations
 from harness.rank.collectives import CollectiveCounter, gradients_agree_across_ranks
-from harness.rank.evidence import watching_activations, what_ran
 from harness.rank.phases import PhaseTimer
 from harness.rank.randomness import RandomDraws
 from harness.rank.resume import RunSpan
