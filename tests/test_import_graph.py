@@ -48,20 +48,20 @@ def _imports(path: Path, name: str, known: set[str], type_only: bool = True) -> 
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
 
     def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_only:
+            for sub in node.orelse:  # the branch that does run (its statements themselves)
+                visit(sub)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # submodules
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child) and not type_only:
-                for sub in child.orelse:
-                    visit(sub)
-                continue
-            if isinstance(child, ast.Import):
-                found.update(alias.name for alias in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    anchor = package.split(".")[: len(package.split(".")) - (child.level - 1)]
-                    base = ".".join([*anchor, *([base] if base else [])])
-                found.add(base)
-                found.update(f"{base}.{alias.name}" for alias in child.names)  # submodules
             visit(child)
 
     visit(ast.parse(path.read_text()))
@@ -168,3 +168,12 @@ def test_importing_a_submodule_counts_its_package_but_not_the_importers_own(tmp_
              "harness.versions.status"}
     found = _imports(path, "harness.versions.table", known)
     assert found == {"harness.report", "harness.report.record_changes", "harness.versions.status"}
+
+
+def test_a_type_only_import_is_an_edge_unless_asked_otherwise(tmp_path: Path) -> None:
+    path = tmp_path / "a.py"
+    path.write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from pkg.b import B\n"
+                    "else:\n    import pkg.c\n")
+    known = {"pkg", "pkg.a", "pkg.b", "pkg.c"}
+    assert _imports(path, "pkg.a", known) == {"pkg.b", "pkg.c"}
+    assert _imports(path, "pkg.a", known, type_only=False) == {"pkg.c"}
