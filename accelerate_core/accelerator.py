@@ -25,6 +25,7 @@ from accelerate_core.data import DataState, PreparedDataLoader, SkippedDataLoade
 from accelerate_core.deepspeed_plugin import DeepSpeedPlugin
 from accelerate_core.errors import UnsupportedObjectError, explain
 from accelerate_core.fsdp_plugin import FSDPPlugin
+from accelerate_core.observers import Observer, Observers
 from accelerate_core.optimizer import AcceleratedOptimizer, AcceleratedScheduler
 from accelerate_core.precision.base import Precision
 from accelerate_core.strategies.base import Strategy
@@ -42,11 +43,14 @@ class Accelerator:
         deepspeed_plugin: DeepSpeedPlugin | None = None,
         sync_batchnorm: bool | None = None,
         fsdp_plugin: FSDPPlugin | None = None,
+        observers: Iterable[Observer] = (),
     ) -> None:
         # sync_batchnorm=True: BatchNorm layers use the statistics of the global batch on
         # multi-process runs (accelerate_core/sync_batchnorm.py); None: the launcher's value, else off.
         # fsdp_plugin: shard the model with FSDP2 (docs/fsdp.md); `launch --backend fsdp` gives
         # the same with FSDPPlugin()'s defaults.
+        # observers: told of every prepare, backward, optimizer step, gather and state dict
+        # (accelerate_core/observers.py); process-wide ones (observers.register) hear too.
         self._resolved, self._process, self._strategy = connect(
             fp16=fp16, mixed_precision=mixed_precision, cpu=cpu,
             gradient_accumulation_steps=gradient_accumulation_steps, deepspeed_plugin=deepspeed_plugin,
@@ -58,8 +62,10 @@ class Accelerator:
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[PreparedDataLoader] = []
-        # Set only when a tool asks for a record (ACCELERATE_CORE_RECORD_DIR, recording.py).
-        self._recorder = recording.recorder_for(self)
+        # A tool asking for a record (ACCELERATE_CORE_RECORD_DIR, recording.py) gets its
+        # recorder registered as a process-wide observer; otherwise nothing is watched.
+        recording.register_from_environment(self.is_main_process)
+        self._observers = Observers(self, observers)
 
     # -- what was decided ------------------------------------------------------------------
     @property
@@ -151,11 +157,13 @@ class Accelerator:
                 result[i] = model
                 self._models.append(model)
             for i, optimizer in zip(opt_idx, optimizers, strict=True):
-                result[i] = AcceleratedOptimizer(optimizer, self._strategy, original=objects[i])
+                result[i] = AcceleratedOptimizer(optimizer, self._strategy, original=objects[i],
+                                                 observers=self._observers)
                 self._optimizers.append(result[i])
             for i, scheduler in zip(sched_idx, schedulers, strict=True):
                 result[i] = AcceleratedScheduler(scheduler, self._optimizers_of(objects[i]))
                 self._schedulers.append(result[i])
+        self._observers.notify_before("on_prepare", tuple(result))
         return result[0] if len(result) == 1 else tuple(result)
 
     def _optimizers_of(self, scheduler: Any) -> list[AcceleratedOptimizer]:
@@ -165,10 +173,9 @@ class Accelerator:
 
     # -- training ------------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, model: nn.Module | None = None) -> None:
-        if self._recorder is not None:
-            lrs = [float(group["lr"]) for optimizer in self._optimizers for group in optimizer.param_groups]
-            self._recorder.on_backward(self, loss, lrs)
+        self._observers.notify_before("before_backward", loss)
         self._strategy.backward(loss, model)
+        self._observers.notify_after("after_backward", loss)
 
     def clip_grad_norm_(self, parameters: Iterable[nn.Parameter], max_norm: float,
                         norm_type: float = 2.0) -> torch.Tensor:
@@ -190,8 +197,7 @@ class Accelerator:
     # -- collectives ---------------------------------------------------------------------------
     def gather(self, data: Any) -> Any:
         gathered = ops.gather(data)
-        if self._recorder is not None:
-            self._recorder.on_gather(gathered)
+        self._observers.notify_before("on_gather", gathered)
         return gathered
 
     def gather_for_metrics(self, data: Any) -> Any:
@@ -200,8 +206,7 @@ class Accelerator:
         loader = self._data_state.active
         if loader is not None and self._data_state.end_of_dataloader and loader.remainder:
             gathered = ops.truncate(gathered, loader.total_batch_size, loader.remainder)
-        if self._recorder is not None:
-            self._recorder.on_gather(gathered)
+        self._observers.notify_before("on_gather", gathered)
         return gathered
 
     def reduce(self, data: Any, reduction: str = "mean") -> Any:
@@ -222,8 +227,7 @@ class Accelerator:
     def get_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The full state dict on CPU. A collective under ZeRO-3 and FSDP: call it on every rank."""
         state_dict = self._strategy.get_state_dict(model)
-        if self._recorder is not None:
-            self._recorder.on_state_dict(self, state_dict)
+        self._observers.notify_before("on_state_dict", model, state_dict)
         return state_dict
 
     def save(self, obj: Any, path: str | Path) -> None:

@@ -2,7 +2,8 @@
 
 `optimizer.step()` goes through the strategy, which asks the precision (GradScaler under fp16)
 or the DeepSpeed engine; whether the step was skipped for non-finite gradients comes back and is
-exposed as `is_overflow` (the name the user loop (docs/the-user-loop.md) reads) and `step_was_skipped`.
+exposed as `is_overflow` (the name the user loop (docs/the-user-loop.md) reads) and `step_was_skipped`;
+the Accelerator's observers (observers.py) hear of every step before and after it, with that flag.
 A prepared scheduler does not advance after a skipped step, so the learning-rate schedule counts
 only the steps that changed the weights.
 """
@@ -13,14 +14,19 @@ from typing import Any
 
 import torch
 
+from accelerate_core.observers import Observers
+
 
 class AcceleratedOptimizer(torch.optim.Optimizer):
     """Wraps the optimizer the strategy returned. Not constructed through Optimizer.__init__:
     param_groups, state and defaults are the wrapped optimizer's own objects."""
 
-    def __init__(self, optimizer: Any, strategy: Any, original: torch.optim.Optimizer | None = None) -> None:
+    def __init__(self, optimizer: Any, strategy: Any, original: torch.optim.Optimizer | None = None,
+                 observers: Observers | None = None) -> None:
         self.optimizer = optimizer
         self.strategy = strategy
+        # The Accelerator's observers (observers.py), told of every step and whether it was skipped.
+        self.observers = observers
         #: the torch optimizer the user built (schedulers were created against it)
         self.original = original if original is not None else optimizer
         self._is_overflow = False
@@ -54,7 +60,11 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
         if closure is not None:
             raise NotImplementedError("closures are not supported through the prepared optimizer")
+        if self.observers is not None:
+            self.observers.notify_before("before_optimizer_step", self)
         self._is_overflow = bool(self.strategy.optimizer_step(self.optimizer))
+        if self.observers is not None:
+            self.observers.notify_after("after_optimizer_step", self, self._is_overflow)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.strategy.zero_grad(self.optimizer, set_to_none=set_to_none)

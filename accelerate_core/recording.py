@@ -10,7 +10,12 @@ and the script's own Accelerator records, with no change to the script:
   keyed by the line of the script that called it (`train.py:93`), concatenated in call order, so
   that one process with 5 eval batches and two with 3 record the same tensor;
 - the final state dict: the last result of `accelerator.get_state_dict(model)` (consolidated,
-  also under ZeRO-3), and what ran (strategy, world size, ZeRO stage, precision, loss scaling).
+  also under ZeRO-3), and what ran (strategy, world size, device, ZeRO stage, precision, loss
+  scaling), read from the objects that ran by the core's one `what_ran()` (accelerate_core/evidence).
+
+The recorder is an observer (accelerate_core/observers.py) the Accelerator tells of each
+prepare, backward, gather and get_state_dict, registered for the whole process: the script is
+not changed.
 
 The main process writes `DIR/record.pt` (torch.save of plain tensors, strings and numbers) when
 the script's interpreter exits. Unset, nothing is recorded and nothing is paid. The core knows
@@ -23,17 +28,19 @@ import atexit
 import json
 import os
 import sys
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterator, Sequence
 from dataclasses import fields, is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
+from torch import nn
 
+import accelerate_core.observers as observers
 import accelerate_core.ops as ops
-
-if TYPE_CHECKING:
-    from accelerate_core.accelerator import Accelerator
+from accelerate_core.evidence import precision_in_use, what_ran
+from accelerate_core.optimizer import AcceleratedOptimizer
 
 RECORD_DIR_VARIABLE = "ACCELERATE_CORE_RECORD_DIR"
 RECORD_FILE = "record.pt"
@@ -43,8 +50,9 @@ _CORE_DIR = str(Path(__file__).resolve().parent)
 _recorder: Recorder | None = None
 
 
-class Recorder:
-    """One per process: a script may make several Accelerators; the record is the process's."""
+class Recorder(observers.Observer):
+    """One per process, registered process-wide (accelerate_core/observers.py): a script may make
+    several Accelerators; the record is the process's."""
 
     def __init__(self, directory: Path, main_process: bool) -> None:
         self.directory = directory
@@ -54,24 +62,48 @@ class Recorder:
         self.gathered: dict[str, list[torch.Tensor]] = {}
         self.state_dict: dict[str, torch.Tensor] = {}
         self.evidence: dict[str, Any] = {}
+        # What each Accelerator prepared, in order: its optimizers' learning rates are recorded
+        # at every backward, its first model is what ran (weak: a freed Accelerator goes).
+        self._prepared: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 
-    def on_backward(self, accelerator: Accelerator, loss: torch.Tensor, lrs: list[float]) -> None:
+    def on_prepare(self, accelerator: Any, prepared: Sequence[Any]) -> None:
+        self._prepared.setdefault(accelerator, []).extend(prepared)
+
+    def before_backward(self, accelerator: Any, loss: torch.Tensor) -> None:
+        prepared = self._prepared.get(accelerator, [])
         if not self.evidence:
-            self.evidence = what_ran(accelerator)
+            self.evidence = self._what_ran(accelerator, prepared)
         self.losses.append(float(ops.reduce(loss.detach().float(), "mean")))
-        self.lrs.append(lrs)
+        self.lrs.append([float(group["lr"]) for optimizer in prepared
+                         if isinstance(optimizer, AcceleratedOptimizer) for group in optimizer.param_groups])
 
-    def on_gather(self, result: Any) -> None:
+    def on_gather(self, accelerator: Any, result: Any) -> None:
         if not self.main_process:
             return
         site = _call_site()
         for path, tensor in _tensors(result):
             self.gathered.setdefault(site + path, []).append(tensor.detach().cpu().clone())
 
-    def on_state_dict(self, accelerator: Accelerator, state_dict: dict[str, torch.Tensor]) -> None:
-        self.evidence = self.evidence or what_ran(accelerator)
+    def on_state_dict(self, accelerator: Any, model: Any, state_dict: dict[str, torch.Tensor]) -> None:
+        self.evidence = self.evidence or self._what_ran(accelerator, self._prepared.get(accelerator, []))
         if self.main_process:
             self.state_dict = {k: v.detach().cpu().clone() for k, v in state_dict.items()}
+
+    @staticmethod
+    def _what_ran(accelerator: Any, prepared: list[Any]) -> dict[str, Any]:
+        """The record's evidence (its keys are RECORD_FORMAT's), from the one what_ran() of the
+        core (accelerate_core/evidence) and the first model the Accelerator prepared."""
+        model = next((obj for obj in prepared if isinstance(obj, nn.Module)), None)
+        ran = what_ran(accelerator, model)
+        engine = ran.get("deepspeed")
+        return {
+            "strategy": ran["strategy"],
+            "world_size": ran["world_size"],
+            "device": ran["device"],
+            **precision_in_use(accelerator),
+            "zero_stage": engine["zero_stage"] if engine is not None else None,
+            "emulated": ran["emulated"],
+        }
 
     def write(self) -> Path | None:
         """DIR/record.pt, atomically, on the main process (at exit; callable earlier too)."""
@@ -93,30 +125,19 @@ class Recorder:
         return path
 
 
-def recorder_for(accelerator: Accelerator) -> Recorder | None:
-    """The process's recorder when `ACCELERATE_CORE_RECORD_DIR` is set, else None."""
+def register_from_environment(main_process: bool) -> Recorder | None:
+    """With `ACCELERATE_CORE_RECORD_DIR` set: the process's recorder, made and registered as a
+    process-wide observer on the first call (the first Accelerator's), written at exit. Unset:
+    None, and nothing is watched."""
     global _recorder
     directory = os.environ.get(RECORD_DIR_VARIABLE)
     if not directory:
         return None
     if _recorder is None:
-        _recorder = Recorder(Path(directory), accelerator.is_main_process)
+        _recorder = Recorder(Path(directory), main_process)
+        observers.register(_recorder)
         atexit.register(_recorder.write)
     return _recorder
-
-
-def what_ran(accelerator: Accelerator) -> dict[str, Any]:
-    strategy = accelerator.strategy
-    engine = getattr(strategy, "engine", None)  # only the DeepSpeed strategy has one
-    return {
-        "strategy": strategy.registered_name,
-        "world_size": accelerator.num_processes,
-        "device": accelerator.device.type,
-        "mixed_precision": accelerator.mixed_precision,
-        "zero_stage": int(engine.zero_optimization_stage()) if engine is not None else None,
-        "loss_scaling": accelerator.loss_scale() is not None,
-        "emulated": strategy.emulated,
-    }
 
 
 def _call_site() -> str:

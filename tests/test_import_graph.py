@@ -1,7 +1,9 @@
 """The project's import graph has no cycles: every module of accelerate_core and harness, with
 imports inside functions counted too (a lazy import that closes a loop is still a loop), and
-only `if TYPE_CHECKING:` imports left out (they never run). And the layering the design rests
-on: the core never imports the harness; the goldens' side imports nothing of the core."""
+`if TYPE_CHECKING:` imports counted as well: they never run, but a type-only cycle still ties two
+modules into one design (neither can be read, tested or moved without the other). And the
+layering the design rests on: the core never imports the harness; the goldens' side imports
+nothing of the core."""
 
 from __future__ import annotations
 
@@ -14,6 +16,11 @@ import pytest
 from tests.distributed_helpers import REPO_ROOT
 
 PACKAGES = ("accelerate_core", "harness")
+
+# Type-only imports allowed to close a cycle, as (importer, imported) edges: none since the
+# harness/run refactor gave confirm.py and resume.py the shared RunContext instead of the runner's
+# private _Run. Nothing may be added here.
+KNOWN_TYPE_ONLY_CYCLE_EDGES: frozenset[tuple[str, str]] = frozenset()
 
 
 def _module_name(path: Path) -> str:
@@ -31,25 +38,27 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+def _imports(path: Path, name: str, known: set[str], type_only: bool = True) -> set[str]:
+    """The project modules `name` imports; `type_only=False` leaves `if TYPE_CHECKING:` imports out
+    (to tell which edges exist only for type checkers)."""
     found: set[str] = set()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
 
     def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_only:
+            for sub in node.orelse:  # the branch that does run (its statements themselves)
+                visit(sub)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # submodules
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for sub in child.orelse:
-                    visit(sub)
-                continue
-            if isinstance(child, ast.Import):
-                found.update(alias.name for alias in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    anchor = package.split(".")[: len(package.split(".")) - (child.level - 1)]
-                    base = ".".join([*anchor, *([base] if base else [])])
-                found.add(base)
-                found.update(f"{base}.{alias.name}" for alias in child.names)  # submodules
             visit(child)
 
     visit(ast.parse(path.read_text()))
@@ -62,8 +71,17 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
 
 @functools.cache
 def _graph() -> dict[str, set[str]]:
+    """Every import, type-only ones included."""
     modules = _modules()
     return {name: _imports(path, name, set(modules)) for name, path in modules.items()}
+
+
+@functools.cache
+def _type_only_edges() -> frozenset[tuple[str, str]]:
+    modules = _modules()
+    graph = _graph()
+    return frozenset((name, target) for name, path in modules.items()
+                     for target in graph[name] - _imports(path, name, set(modules), type_only=False))
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -108,7 +126,26 @@ def test_the_graph_sees_real_imports() -> None:
 
 
 def test_no_import_cycles() -> None:
-    assert _cycles(_graph()) == []
+    graph = {name: {t for t in targets if (name, t) not in KNOWN_TYPE_ONLY_CYCLE_EDGES}
+             for name, targets in _graph().items()}
+    assert _cycles(graph) == []
+
+
+def test_type_only_imports_are_counted() -> None:
+    # strategies/base.py names ProcessState for type checkers only.
+    assert ("accelerate_core.strategies.base", "accelerate_core.state") in _type_only_edges()
+    assert "accelerate_core.state" in _graph()["accelerate_core.strategies.base"]
+
+
+def test_the_known_exceptions_are_type_only_and_still_there() -> None:
+    # An exception whose import was removed, or became a real import, leaves this set.
+    assert _type_only_edges() >= KNOWN_TYPE_ONLY_CYCLE_EDGES
+
+
+def test_the_core_has_no_cycle_at_all() -> None:
+    core = {name: {t for t in targets if t.startswith("accelerate_core")}
+            for name, targets in _graph().items() if name.startswith("accelerate_core")}
+    assert _cycles(core) == []
 
 
 def test_a_cycle_would_be_found() -> None:
@@ -128,3 +165,12 @@ def test_importing_a_submodule_counts_its_package_but_not_the_importers_own(tmp_
              "harness.versions.status"}
     found = _imports(path, "harness.versions.table", known)
     assert found == {"harness.report", "harness.report.record_changes", "harness.versions.status"}
+
+
+def test_a_type_only_import_is_an_edge_unless_asked_otherwise(tmp_path: Path) -> None:
+    path = tmp_path / "a.py"
+    path.write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from pkg.b import B\n"
+                    "else:\n    import pkg.c\n")
+    known = {"pkg", "pkg.a", "pkg.b", "pkg.c"}
+    assert _imports(path, "pkg.a", known) == {"pkg.b", "pkg.c"}
+    assert _imports(path, "pkg.a", known, type_only=False) == {"pkg.c"}

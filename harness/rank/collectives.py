@@ -1,5 +1,5 @@
 """Counting the collectives a rank calls while it trains, and checking that its gradients agree
-with every other rank's: evidence that gradients really were reduced (harness.rank.evidence).
+with every other rank's: evidence that gradients really were reduced (harness.rank.recorder).
 
 Two views, because the backends reach the process group by two roads:
 - DeepSpeed calls `torch.distributed.all_reduce`, `reduce`, ... through Python at call time
@@ -39,8 +39,9 @@ COUNTED = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather"
 
 
 class CollectiveCounter:
-    """Counts calls per collective, but only inside `counting()` windows (the loop opens one
-    around backward and optimizer.step, so the loss reduction for logging is not counted)."""
+    """Counts calls per collective, but only between `start()` and `stop()` (the rank's recorder,
+    harness.rank.recorder, opens a window around each backward and optimizer step, so the loss
+    reduction for logging and its own gradient check are not counted)."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -63,13 +64,12 @@ class CollectiveCounter:
             for owner, attr, original in originals:
                 setattr(owner, attr, original)
 
-    @contextmanager
-    def counting(self) -> Iterator[None]:
+    def start(self) -> None:
+        """Count the calls from here (the rank's recorder starts before a backward or a step)."""
         self._active = True
-        try:
-            yield
-        finally:
-            self._active = False
+
+    def stop(self) -> None:
+        self._active = False
 
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(original)

@@ -4,7 +4,9 @@ What it records mirrors harness.truth.reference exactly (same loop, same quantit
 a golden differ only by what the backend did: the per-step loss is the global mean
 (accelerator.reduce), eval outputs are gathered without the padding of the last uneven batch
 (gather_for_metrics), the final state dict is the consolidated one (get_state_dict, a collective
-called on every rank).
+called on every rank). Everything else the record holds (learning rates, skipped steps, loss
+scales, the evidence of what ran) is the rank's recorder's (harness.rank.recorder), an observer
+the Accelerator tells of each step: the loop below is the user loop of docs/the-user-loop.md.
 """
 
 from __future__ import annotations
@@ -15,13 +17,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from accelerate_core import Accelerator, DeepSpeedPlugin, FSDPPlugin
-from harness.rank.collectives import CollectiveCounter, gradients_agree_across_ranks
-from harness.rank.evidence import watching_activations, what_ran
 from harness.rank.phases import PhaseTimer
-from harness.rank.randomness import RandomDraws
+from harness.rank.recorder import RankRecorder
 from harness.rank.resume import RunSpan
 from harness.tasks.base import Task
-from harness.truth.autocast_site import autocast_site
 from harness.truth.record import Fingerprint, Record
 
 # ZeRO-3 keeps a parameter whole on every rank below `stage3_param_persistence_threshold`
@@ -45,19 +44,22 @@ def train_with_core(task: Task, *, precision: str, cpu: bool, zero_stage: int | 
     `fsdp`: shard with FSDP2 (FSDPPlugin's defaults, as `launch --backend fsdp` gives a script
     that passes no plugin); the user loop below is the same for every backend."""
     timer = timer or PhaseTimer()
+    span = span or RunSpan()
     torch.manual_seed(task.seed)  # a clean RNG per cell, even when cells share a process
     plugin = None
     if zero_stage is not None:
         config = FORCE_ZERO3_PARTITIONING if zero_stage == 3 else None
         plugin = DeepSpeedPlugin(zero_stage=zero_stage, cpu_fp16_emulation=cpu_fp16_emulation, config=config)
+    recorder = RankRecorder(task, span)
     accelerator = Accelerator(
         mixed_precision="no" if precision == "fp32" else precision, cpu=cpu,
         gradient_accumulation_steps=task.gradient_accumulation_steps, deepspeed_plugin=plugin,
-        fsdp_plugin=FSDPPlugin() if fsdp else None, **_task_accelerator_options(task),
+        fsdp_plugin=FSDPPlugin() if fsdp else None, observers=[recorder], **_task_accelerator_options(task),
     )
     try:
-        return _run(accelerator, task, precision, span or RunSpan(), timer)
+        return _run(accelerator, task, precision, span, timer, recorder)
     finally:
+        recorder.close()  # its hooks and wrapped collectives go, however the cell ended
         accelerator.free_memory()
         timer.lap("teardown")
 
@@ -70,15 +72,8 @@ def _task_accelerator_options(task: Task) -> dict[str, Any]:
     return {"sync_batchnorm": True} if getattr(task, "sync_batchnorm", False) else {}
 
 
-def _sharded(model: torch.nn.Module) -> bool:
-    """Some parameter of the prepared model is a DTensor (FSDP2 sharded it)."""
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(p, DTensor) for p in model.parameters())
-
-
 def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan,
-         timer: PhaseTimer) -> Record | None:
+         timer: PhaseTimer, recorder: RankRecorder) -> Record | None:
     processes = accelerator.num_processes
     model = task.build_model()
     raw_optimizer = task.build_optimizer(model)
@@ -95,66 +90,33 @@ def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan,
     timer.lap("setup")  # the Accelerator, prepare (the process group, deepspeed.initialize), restore
 
     losses: list[float] = []
-    lrs: list[list[float]] = []
-    skipped: list[int] = []
-    scales: list[float] = []
     opt_step = span.first_step
-    seen: dict[str, object] = {}
-    draws = RandomDraws(accelerator.device)
-    counter = CollectiveCounter()
-    agreed: list[bool] = []  # per optimizer step: did every rank hold the same gradients?
-    # ZeRO owns its gradients; FSDP2's are this rank's shard (DTensors), different on every rank
-    # by design: both are judged by the elements they reduce-scattered instead.
-    checks_gradients = getattr(accelerator.strategy, "engine", None) is None and not _sharded(model)
     model.train()
-    with watching_activations(model, seen, autocast_site(task)), counter.installed():
-        for _epoch in range(first_epoch, task.epochs):
-            for step, batch in span.batches(accelerator, tr_data, _epoch, first_epoch):
-                draws.begin()  # evidence of random numbers drawn in a training step (dropout)
-                output = model(**batch)
-                losses.append(float(accelerator.reduce(output.loss.detach().float(), "mean")))
-                boundary = (step + 1) % accumulation == 0 or step == len(tr_data) - 1
-                loss = output.loss / accumulation
-                if boundary and task.injects_overflow(precision, opt_step):
-                    loss = loss * float("inf")  # as in the reference: this step must be skipped
-                with counter.counting():
-                    accelerator.backward(loss)
-                if not boundary:
-                    continue
-                if checks_gradients:
-                    agreement = gradients_agree_across_ranks(model)
-                    if agreement is not None:
-                        agreed.append(agreement)
-                if task.max_grad_norm is not None:
-                    accelerator.clip_grad_norm_(model.parameters(), task.max_grad_norm)
-                lrs.append([group["lr"] for group in optimizer.param_groups])
-                with counter.counting():
-                    optimizer.step()
-                optimizer.zero_grad()
-                if optimizer.is_overflow:  # fp16 loss scaling skipped this step
-                    skipped.append(opt_step)
-                else:
-                    lr_scheduler.step()
-                scale = accelerator.loss_scale()  # GradScaler's, or the DeepSpeed fp16 engine's
-                if scale is not None:
-                    scales.append(scale)
-                opt_step += 1
-                if span.stop_and_save(accelerator, opt_step):  # a resume source saves and stops
-                    break
-            draws.end()  # the next epoch's loader iterator draws its seed: not a training step
-            if span.stopped:
+    for epoch in range(first_epoch, task.epochs):
+        for step, batch in span.batches(accelerator, tr_data, epoch, first_epoch):
+            output = model(**batch)
+            losses.append(float(accelerator.reduce(output.loss.detach().float(), "mean")))
+            boundary = (step + 1) % accumulation == 0 or step == len(tr_data) - 1
+            loss = output.loss / accumulation
+            if boundary and task.injects_overflow(precision, opt_step):
+                loss = loss * float("inf")  # as in the reference: this step must be skipped
+            accelerator.backward(loss)
+            if not boundary:
+                continue
+            if task.max_grad_norm is not None:
+                accelerator.clip_grad_norm_(model.parameters(), task.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad()
+            if not optimizer.is_overflow:  # fp16 loss scaling skipped this step
+                lr_scheduler.step()
+            opt_step += 1
+            if span.stop_and_save(accelerator, opt_step):  # a resume source saves and stops
                 break
+        if span.stopped:
+            break
 
     timer.lap("training")
-    evidence = {**what_ran(accelerator, model), **seen}  # before teardown: the engine is still there
-    evidence["random_draws"] = draws.evidence()
-    # Collectives called inside backward and optimizer.step (the loss logging's are not counted).
-    evidence["collectives"] = dict(sorted(counter.counts.items()))
-    evidence["collective_elements"] = dict(sorted(counter.elements.items()))
-    if agreed:
-        evidence["gradients_agreed"] = {"steps": len(agreed), "agreed": sum(agreed)}
-    if span.evidence() is not None:
-        evidence["resume"] = span.evidence()
+    evidence = recorder.evidence(accelerator, model)  # before teardown: the engine is still there
 
     model.eval()
     logits, labels = [], []
@@ -173,9 +135,9 @@ def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan,
         task=task.name,
         precision=precision,
         losses=losses,
-        lrs=lrs,
-        skipped_steps=skipped,
-        loss_scales=scales,
+        lrs=recorder.lrs,
+        skipped_steps=recorder.skipped_steps,
+        loss_scales=recorder.loss_scales,
         eval_outputs={"logits": torch.cat(logits), "labels": torch.cat(labels)} if logits else {},
         state_dict=state_dict,
         meta={"evidence": evidence},

@@ -5,9 +5,10 @@ Why it matters: a multi-process run draws from one stream per process, the singl
 from one stream for the whole batch, so their masks differ and any agreement with the golden is
 luck (the judge, harness.truth.judge, fails such cells with that reason rather than pass them).
 
-A micro-step runs from the top of the loop body to the top of the next one (the batch fetch in
-between draws nothing with the loader's sequential sampler); the epoch's end closes it, so that
-the next epoch's loader iterator (which draws its base seed) is not counted.
+A micro-step runs from its training forward (the rank's recorder, harness.rank.recorder, hooks
+the prepared model) to the next one's, and one with an optimizer step ends with that step (the
+batch fetch in between draws nothing with the loader's sequential sampler). Every epoch ends with
+an optimizer step, so the next epoch's loader iterator (which draws its base seed) is not counted.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class RandomDraws:
         self._open = self._states()
 
     def end(self) -> None:
-        """After the last micro-step of an epoch (and harmless anywhere else)."""
+        """After a micro-step's optimizer step (and harmless anywhere else)."""
         if self._open is None:
             return
         after = self._states()

@@ -2,7 +2,8 @@
 ZeRO-3 bf16 and silently ran DDP fp32 must fail for that, even when its numbers land inside the
 bf16 tolerance of the golden (they do: fp32 results are within bf16 tolerance of bf16 goldens).
 
-The evidence comes from the rank (harness.rank.evidence, harness.rank.collectives): the strategy
+The evidence comes from the rank's recorder (harness.rank.recorder: the core's what_ran(),
+accelerate_core/evidence, and the collectives, activation dtypes and random draws): the strategy
 object, world size and device, the DeepSpeed engine's ZeRO stage, partitioned parameters and the
 settings in force, FSDP2's units, sharded parameters, mesh and resolved dtypes
 (harness.truth.fsdp_evidence), the dtype the task's autocast site computed in (the first module

@@ -1,4 +1,4 @@
-"""Judging an fsdp cell's evidence (harness.rank.fsdp_evidence): FSDP2 really sharded the model
+"""Judging an fsdp cell's evidence (accelerate_core/evidence/fsdp.py): FSDP2 really sharded the model
 over all the cell's processes, every parameter, and computed and reduced in the dtypes the
 cell's precision means for FSDP2 (docs/fsdp.md: compute in the half dtype, reduce-scatter in
 fp32, the root's outputs in fp32; BatchNorm units, when the model has any, in fp32). A cell

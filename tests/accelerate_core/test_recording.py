@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+import accelerate_core.observers as observers
 import accelerate_core.recording as recording
 from accelerate_core import Accelerator
 
@@ -25,8 +26,9 @@ def fresh_recorder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
     monkeypatch.setattr(recording, "_recorder", None)
     monkeypatch.setenv(recording.RECORD_DIR_VARIABLE, str(tmp_path / "record"))
     yield tmp_path / "record"
-    if recording._recorder is not None:  # the test wrote it; no second write at exit
+    if recording._recorder is not None:  # the test wrote it; no second write at exit, no more watching
         atexit.unregister(recording._recorder.write)
+        observers.unregister(recording._recorder)
 
 
 def _loop(accelerator: Accelerator) -> dict[str, object]:
@@ -60,6 +62,7 @@ def _loop(accelerator: Accelerator) -> dict[str, object]:
 def test_the_accelerator_records_what_the_script_computed(fresh_recorder: Path) -> None:
     accelerator = Accelerator(cpu=True)
     seen = _loop(accelerator)
+    assert recording._recorder in observers.registered()  # it records through the observer interface
     path = recording._recorder.write() if recording._recorder is not None else None
     assert path == fresh_recorder / recording.RECORD_FILE
     body = torch.load(path, weights_only=True)
@@ -84,3 +87,4 @@ def test_nothing_is_recorded_unless_asked(monkeypatch: pytest.MonkeyPatch) -> No
     accelerator = Accelerator(cpu=True)
     _loop(accelerator)
     assert recording._recorder is None
+    assert not any(isinstance(o, recording.Recorder) for o in observers.registered())

@@ -250,7 +250,7 @@ def cells_by_id(report_dir: Path) -> dict[str, dict[str, Any]]:
     return {cell["id"]: cell for cell in report(report_dir)["cells"]}
 
 
-# What a real one-process CPU fp32 run records about itself (harness.rank.evidence); a golden
+# What a real one-process CPU fp32 run records about itself (harness.rank.recorder); a golden
 # copied as a cell's record needs it, since the judge checks evidence before numbers.
 SINGLE_CPU_EVIDENCE = {"strategy": "single", "strategy_class": "SingleDeviceStrategy",
                        "world_size": 1, "device": "cpu", "emulated": False,

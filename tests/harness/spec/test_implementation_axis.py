@@ -62,7 +62,8 @@ def test_the_matrix_multiplies_the_axis_and_cli_selects_core_by_default(
     assert main(["list", "--matrix", str(path)]) == 0
     assert "accelerate" not in capsys.readouterr().out.replace("Accelerate", "")
     assert main(["list", "--matrix", str(path), "--implementation", "accelerate"]) == 0
-    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("regression")]
+    lines = capsys.readouterr().out.splitlines()
+    listed = [line.split()[0] for line in lines if line.startswith("regression")]
     assert listed == ["regression-cpu1-single-fp32-accelerate", "regression-cpu2-ddp-fp32-accelerate"]
     assert main(["list", "--matrix", str(path), "--implementation", "all"]) == 0
     assert "4 cell(s)" in capsys.readouterr().out

@@ -1,7 +1,7 @@
 """An fsdp cell must prove FSDP2 ran: a record whose evidence says DDP ran, or that the model
 stayed whole, fails on evidence with one sentence, before any number (fp32 training is the same
 math on any backend, so the numbers alone would pass). The records are a real single-process run's,
-its evidence restated as each 2-process run writes it (harness.rank.fsdp_evidence)."""
+its evidence restated as each 2-process run writes it (accelerate_core/evidence/fsdp.py)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_the_fsdp_run_as_asked_agrees(fp32_single: Record) -> None:
 
 def test_asked_for_fsdp_but_ddp_ran_fails_on_evidence(fp32_single: Record) -> None:
     record = copy.deepcopy(fp32_single)
-    # What a DDP run writes (harness.rank.evidence): the wrapper, its strategy, agreeing gradients.
+    # What a DDP run writes (harness.rank.recorder): the wrapper, its strategy, agreeing gradients.
     record.meta["evidence"].update(strategy="ddp", strategy_class="DDPStrategy", world_size=2,
                                    model_class="DistributedDataParallel", collectives={},
                                    collective_elements={}, gradients_agreed={"steps": 8, "agreed": 8})

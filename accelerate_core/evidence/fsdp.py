@@ -1,5 +1,6 @@
 """Evidence that FSDP2 (torch's `fully_shard`) ran, read from the model that trained and the
-strategy that sharded it, never from the cell's request (harness.truth.evidence judges it):
+strategy that sharded it, never from what was asked for (a tool judges it against its request:
+the harness's is harness/truth/fsdp_evidence.py):
 
 - the units: how many modules of the model are FSDP modules (fully_shard turned them into
   `FSDPModule` subclasses), and what the strategy says it wrapped / left unsharded;
@@ -13,8 +14,8 @@ strategy that sharded it, never from the cell's request (harness.truth.evidence 
   policy the core keeps them in fp32 (docs/fsdp.md), which must show, not blur the rest.
 
 FSDP2's per-unit state (`_get_fsdp_state`, its param groups and `FSDPParam`s) is not public API:
-where it cannot be read the field is absent, and the judge fails the cell for missing evidence
-rather than guess.
+where it cannot be read the field is absent, and a judge must treat that as missing evidence
+rather than guess (the harness's fails the cell).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def fsdp_evidence(strategy: Any, model: nn.Module) -> dict[str, Any] | None:
                               for _, p in params),
         "trainable_elements": sum(int(p.numel()) for _, p in params if p.requires_grad),
     }
-    # What the strategy reports it did (accelerate_core.strategies.fsdp): recorded beside what the
+    # What the strategy reports it did (strategies/fsdp.py): recorded beside what the
     # model shows, so a strategy that claims units the model does not have is seen as that.
     for key in ("wrapped_modules", "unsharded_parameters"):
         value = getattr(strategy, key, None)
