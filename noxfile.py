@@ -22,6 +22,8 @@ rebuilt and overwritten every time the other venv runs.
                                      cells included) against goldens moved as a regeneration on
                                      another CPU would move them (harness/truth/foreign_goldens.py);
                                      tests(deepspeed) runs its whole suite against them too
+    nox -s accelerate                Hugging Face Accelerate's cells (docs/implementations.md);
+                                     reports/accelerate/
     nox -s calibrate                 the benign noise behind each tolerance and the detection
                                      thresholds (docs/calibration.md); reports/calibration.json
     nox -s lint                      ruff + mypy
@@ -43,7 +45,9 @@ TORCH = "torch==2.13.0"
 ENVIRONMENTS = ["nodeepspeed", "deepspeed"]
 # tests(deepspeed)'s venv also has the dev tools (ruff, mypy): CI lints in it after the tests
 # rather than building a third venv with torch and deepspeed for two commands.
-EXTRAS = {"nodeepspeed": "test", "deepspeed": "deepspeed,test,dev"}
+# The deepspeed venv also has Hugging Face Accelerate: tests/harness/implementations judges it
+# (docs/implementations.md); the nodeepspeed venv stays without either.
+EXTRAS = {"nodeepspeed": "test", "deepspeed": "deepspeed,test,dev,accelerate"}
 REPORTS = Path("reports")
 # The other CPU, simulated: torch's kernels, oneDNN and MKL capped at AVX2, so oneDNN (and so
 # DeepSpeed) reports no native fp16, as on a CPU without AVX-512 FP16. A test that assumed the
@@ -231,6 +235,19 @@ def sensitivity(session: nox.Session) -> None:
     _build_deepspeed_ops(session, "deepspeed")
     session.run("python", "-m", "harness", "sensitivity", "--json", str(REPORTS / "sensitivity.json"),
                 *session.posargs, env=_environ(session, "deepspeed"))
+
+
+@nox.session(python=PYTHON)
+def accelerate(session: nox.Session) -> None:
+    """Hugging Face Accelerate's cells (the `accelerate` implementation, docs/implementations.md),
+    with deepspeed installed so that its ZeRO cells can show what it does with a DeepSpeedPlugin;
+    the report goes to reports/accelerate/. Arguments after -- go to `python -m harness run`."""
+    _install(session, EXTRAS["deepspeed"])
+    _check_deepspeed(session, "deepspeed")
+    _build_deepspeed_ops(session, "deepspeed")
+    session.run("python", "-m", "harness", "run", "--implementation", "accelerate", "--env-name", "deepspeed",
+                "--report-dir", str(REPORTS / "accelerate"), "--overwrite",
+                *(session.posargs or ["-m", "not gpu and not multi_gpu"]), env=_environ(session, "deepspeed"))
 
 
 @nox.session(python=PYTHON)

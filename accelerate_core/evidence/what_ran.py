@@ -31,10 +31,10 @@ def what_ran(accelerator: Any, model: nn.Module | None) -> dict[str, Any]:
     engine = getattr(strategy, "engine", None)  # only the DeepSpeed strategy has one
     evidence: dict[str, Any] = {
         "strategy_class": type(strategy).__name__,
-        "strategy": _backend_that_ran(model, engine),
+        "strategy": backend_that_ran(model, engine),
         "model_class": type(model).__name__ if model is not None else "none",
-        "world_size": _process_group_size(),
-        "device": _parameter_device(model),
+        "world_size": process_group_size(),
+        "device": parameter_device(model),
         "emulated": strategy.emulated,
         "core_path": CORE_PATH,
     }
@@ -53,7 +53,7 @@ def precision_in_use(accelerator: Any) -> dict[str, Any]:
             "loss_scaling": accelerator.strategy.loss_scale() is not None}
 
 
-def _backend_that_ran(model: nn.Module | None, engine: Any) -> str:
+def backend_that_ran(model: nn.Module | None, engine: Any) -> str:
     """zero1-3 from the engine's own ZeRO stage, ddp when the model is wrapped in
     DistributedDataParallel, fsdp when fully_shard made the model an FSDP module (FSDP2 has no
     wrapper: the class of the model itself changes), single otherwise."""
@@ -70,14 +70,14 @@ def _backend_that_ran(model: nn.Module | None, engine: Any) -> str:
     return "single"
 
 
-def _process_group_size() -> int:
+def process_group_size() -> int:
     """The default process group's size; 1 when no group exists (one process needs none)."""
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def _parameter_device(model: nn.Module | None) -> str:
+def parameter_device(model: nn.Module | None) -> str:
     """The device type the parameters live on ("none" for a model without parameters); several
     types joined by "+" (a model split across devices is not what any backend of the core does)."""
     types = sorted({param.device.type for param in model.parameters()}) if model is not None else []

@@ -1,4 +1,5 @@
-"""A task trained through accelerate_core: the user loop, run on every rank of a launch.
+"""A task trained through an implementation of the Accelerator API (accelerate_core by default):
+the user loop, run on every rank of a launch.
 
 What it records mirrors harness.truth.reference exactly (same loop, same quantities), so a record and
 a golden differ only by what the backend did: the per-step loss is the global mean
@@ -16,64 +17,42 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from accelerate_core import Accelerator, DeepSpeedPlugin, FSDPPlugin
+from harness.implementations import adapter_for
+from harness.implementations.base import Adapter, CellSettings
 from harness.rank.phases import PhaseTimer
 from harness.rank.recorder import RankRecorder
 from harness.rank.resume import RunSpan
+from harness.spec.cell import CORE
 from harness.tasks.base import Task
 from harness.truth.record import Fingerprint, Record
 
-# ZeRO-3 keeps a parameter whole on every rank below `stage3_param_persistence_threshold`
-# elements (default 1e5, more than any task's parameter) and keeps gathered ones around for
-# reuse and prefetch: with the defaults, no parameter of these tasks is ever partitioned and a
-# bug in gathering partitioned weights (a state dict of empty shards) could never show. These
-# settings make ZeRO-3 partition every parameter; the record's evidence proves that it did
-# (matrix/matrix.toml says so where the zero3 cells are declared).
-FORCE_ZERO3_PARTITIONING = {"zero_optimization": {
-    "stage3_param_persistence_threshold": 0,
-    "stage3_max_reuse_distance": 0,
-    "stage3_prefetch_bucket_size": 0,
-}}
 
-
-def train_with_core(task: Task, *, precision: str, cpu: bool, zero_stage: int | None,
-                    cpu_fp16_emulation: bool = False, span: RunSpan | None = None,
-                    timer: PhaseTimer | None = None, fsdp: bool = False) -> Record | None:
-    """Train `task` (the part of its run `span` says: harness.rank.resume); return the Record on
-    the main process, None on the others. `timer` hears where the time went (--profile).
-    `fsdp`: shard with FSDP2 (FSDPPlugin's defaults, as `launch --backend fsdp` gives a script
-    that passes no plugin); the user loop below is the same for every backend."""
+def train_task(task: Task, *, precision: str, cpu: bool, zero_stage: int | None,
+               cpu_fp16_emulation: bool = False, span: RunSpan | None = None,
+               timer: PhaseTimer | None = None, fsdp: bool = False,
+               implementation: str = CORE) -> Record | None:
+    """Train `task` (the part of its run `span` says: harness.rank.resume) through
+    `implementation` (harness.implementations: the core by default); return the Record on the
+    main process, None on the others. `timer` hears where the time went (--profile). `fsdp`:
+    shard with FSDP2; the user loop below is the same for every backend and implementation."""
     timer = timer or PhaseTimer()
     span = span or RunSpan()
     torch.manual_seed(task.seed)  # a clean RNG per cell, even when cells share a process
-    plugin = None
-    if zero_stage is not None:
-        config = FORCE_ZERO3_PARTITIONING if zero_stage == 3 else None
-        plugin = DeepSpeedPlugin(zero_stage=zero_stage, cpu_fp16_emulation=cpu_fp16_emulation, config=config)
-    recorder = RankRecorder(task, span)
-    accelerator = Accelerator(
-        mixed_precision="no" if precision == "fp32" else precision, cpu=cpu,
-        gradient_accumulation_steps=task.gradient_accumulation_steps, deepspeed_plugin=plugin,
-        fsdp_plugin=FSDPPlugin() if fsdp else None, observers=[recorder], **_task_accelerator_options(task),
-    )
+    adapter = adapter_for(implementation)
+    recorder = RankRecorder(task, span, adapter)
+    settings = CellSettings(precision=precision, cpu=cpu, zero_stage=zero_stage, fsdp=fsdp,
+                            cpu_fp16_emulation=cpu_fp16_emulation)
+    accelerator = adapter.build(task, settings, [recorder])
     try:
-        return _run(accelerator, task, precision, span, timer, recorder)
+        return _run(accelerator, task, precision, span, timer, recorder, adapter)
     finally:
         recorder.close()  # its hooks and wrapped collectives go, however the cell ended
-        accelerator.free_memory()
+        adapter.free(accelerator)
         timer.lap("teardown")
 
 
-def _task_accelerator_options(task: Task) -> dict[str, Any]:
-    """What a task asks of the Accelerator beyond the cell's axes: synchronised BatchNorm
-    statistics (harness.tasks.batchnorm). Passed only when asked, so that other tasks construct
-    the Accelerator exactly as the user loop does. (Typed Any: Accelerator's keyword arguments
-    are not all switches, e.g. fsdp_plugin.)"""
-    return {"sync_batchnorm": True} if getattr(task, "sync_batchnorm", False) else {}
-
-
-def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan,
-         timer: PhaseTimer, recorder: RankRecorder) -> Record | None:
+def _run(accelerator: Any, task: Task, precision: str, span: RunSpan,
+         timer: PhaseTimer, recorder: RankRecorder, adapter: Adapter) -> Record | None:
     processes = accelerator.num_processes
     model = task.build_model()
     raw_optimizer = task.build_optimizer(model)
@@ -131,6 +110,7 @@ def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan,
     timer.lap("evaluation")  # evidence, the gathered eval outputs, the consolidated state dict
     if not accelerator.is_main_process:
         return None
+    ran_as, emulated = adapter.ran_as(accelerator)
     return Record(
         task=task.name,
         precision=precision,
@@ -143,6 +123,6 @@ def _run(accelerator: Accelerator, task: Task, precision: str, span: RunSpan,
         meta={"evidence": evidence},
         fingerprint=Fingerprint.here(
             device=accelerator.device.type, world_size=processes, seed=task.seed, precision=precision,
-            strategy=accelerator.strategy.registered_name, emulated=accelerator.strategy.emulated,
+            strategy=ran_as, emulated=emulated,
         ),
     )

@@ -6,8 +6,9 @@ docs/the-user-loop.md.
 Per optimizer step: the learning rates it stepped with, whether loss scaling skipped it, the loss
 scale after it (GradScaler's or the DeepSpeed fp16 engine's). As evidence of what ran, read from
 the objects that ran, never from the cell's request:
-- what ran (backend, engine, sharding, world size, device): the core's one what_ran()
-  (accelerate_core/evidence), read after training, while the engine is still there;
+- what ran (backend, engine, sharding, world size, device): the implementation's adapter's
+  what_ran() (the core's is accelerate_core/evidence), read after training, while the engine is
+  still there;
 - the dtypes the task's autocast site computed in and its gradient flowed back in
   (harness.rank.activations, hooks on the model);
 - the collectives called inside backward and optimizer steps and the elements they moved, and,
@@ -26,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelerate_core.evidence import what_ran
 from accelerate_core.observers import Observer
+from harness.implementations.base import Adapter
 from harness.rank.activations import watching_activations
 from harness.rank.collectives import CollectiveCounter, gradients_agree_across_ranks
 from harness.rank.randomness import RandomDraws
@@ -40,7 +41,8 @@ class RankRecorder(Observer):
     """One per cell. `close()` removes every hook and wrapper it installed; call it when the cell
     ends, however it ends (evidence() calls it too: evaluation is not training)."""
 
-    def __init__(self, task: Task, span: RunSpan) -> None:
+    def __init__(self, task: Task, span: RunSpan, adapter: Adapter) -> None:
+        self._adapter = adapter  # reads what ran from the objects its implementation built
         self.lrs: list[list[float]] = []
         self.skipped_steps: list[int] = []
         self.loss_scales: list[float] = []
@@ -63,7 +65,7 @@ class RankRecorder(Observer):
         self._model = model
         # ZeRO owns its gradients; FSDP2's are this rank's shard (DTensors), different on every
         # rank by design: both are judged by the elements they reduce-scattered instead.
-        self._checks_gradients = getattr(accelerator.strategy, "engine", None) is None and not _sharded(model)
+        self._checks_gradients = not self._adapter.owns_gradients(accelerator) and not _sharded(model)
         self._draws = draws = RandomDraws(accelerator.device)
 
         def micro_step_begins(module: nn.Module, _args: Any) -> None:
@@ -95,7 +97,7 @@ class RankRecorder(Observer):
         self._counter.stop()
         if skipped:  # fp16 loss scaling skipped this step
             self.skipped_steps.append(self._step)
-        scale = accelerator.loss_scale()  # GradScaler's, or the DeepSpeed fp16 engine's
+        scale = self._adapter.loss_scale(accelerator)  # GradScaler's, or the DeepSpeed fp16 engine's
         if scale is not None:
             self.loss_scales.append(scale)
         self._step += 1
@@ -109,7 +111,7 @@ class RankRecorder(Observer):
         """Everything the judge reads of what ran; call it after training, before teardown (the
         engine must still be there)."""
         self.close()
-        evidence = {**what_ran(accelerator, model), **self._seen}
+        evidence = {**self._adapter.what_ran(accelerator, model), **self._seen}
         draws = self._draws or RandomDraws(accelerator.device)
         evidence["random_draws"] = draws.evidence()
         # Collectives called inside backward and optimizer.step (the loss logging's are not counted).

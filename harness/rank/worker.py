@@ -5,7 +5,7 @@
 RUN_DIR is a launch directory (harness.layout.launch_dir.LaunchDir, which lists its files): its
 plan lists the cells (ids, emulation flag), where records go, and the import paths of a user's
 tasks (imported before the first cell). The process group
-is created once by the first cell's Accelerator and reused; between cells `train_with_core`
+is created once by the first cell's Accelerator and reused; between cells `train_task`
 frees the Accelerator and reseeds from the task, so cells do not leak into each other.
 
 This rank writes its pid, its output, its stacks on SIGUSR1 and, per cell, when it started and
@@ -117,12 +117,12 @@ def build_deepspeed_cpu_ops() -> None:
 
 def run_cell(cell: Cell, emulated: bool, records_dir: Path, timer: PhaseTimer | None = None) -> Any:
     """Train one cell through the core on this rank; returns the Record on the main process."""
-    from harness.rank.loop import train_with_core
+    from harness.rank.loop import train_task
     from harness.rank.resume import span_of, with_source
     from harness.tasks import get_task
 
     task = get_task(cell.task)
-    record = train_with_core(
+    record = train_task(
         task,
         precision=cell.precision,
         cpu=cell.device == "cpu",
@@ -131,6 +131,7 @@ def run_cell(cell: Cell, emulated: bool, records_dir: Path, timer: PhaseTimer | 
         cpu_fp16_emulation=emulated,
         span=span_of(cell, records_dir),  # a resume source or destination: harness.rank.resume
         timer=timer,
+        implementation=cell.implementation,
     )
     if record is not None:
         record = with_source(cell, record, records_dir, task)  # a destination: the whole run

@@ -12,14 +12,16 @@ from dataclasses import dataclass, field
 
 from harness.run.context import RunContext
 from harness.spec.availability import Host, check
-from harness.spec.cell import Cell, ResumeCell
+from harness.spec.cell import CORE, Cell, ResumeCell
 from harness.truth.judge import new_result
 from harness.truth.outcome import Status
 
 
 def launch_group_key(cell: Cell) -> str:
-    """Cells with the same key run in one launch: same device kind and number of processes."""
-    return f"{cell.device}{cell.processes}"
+    """Cells with the same key run in one launch: same device kind and number of processes, and
+    the same implementation (another library's process-wide state never meets the core's)."""
+    shape = f"{cell.device}{cell.processes}"
+    return shape if cell.implementation == CORE else f"{shape}-{cell.implementation}"
 
 
 @dataclass

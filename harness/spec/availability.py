@@ -94,7 +94,8 @@ def check(cell: Cell, host: Host) -> Availability:
                             f"implementation {cell.implementation!r} is not installed ({known.install_hint})")
     if cell.is_deepspeed and not host.deepspeed:
         return Availability(False, NO_DEEPSPEED, f"deepspeed is not installed ({DEEPSPEED_INSTALL_HINT})")
-    if cell.is_deepspeed and cell.device == "cpu" and cell.precision == "fp16" and not host.cpu_native_fp16:
+    if (cell.is_deepspeed and cell.device == "cpu" and cell.precision == "fp16" and not host.cpu_native_fp16
+            and cell.implementation == "core"):  # the emulation is the core's (DeepSpeedPlugin)
         if not host.allow_cpu_fp16_emulation:
             return Availability(
                 False,

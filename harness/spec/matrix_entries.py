@@ -13,7 +13,7 @@ from typing import Any
 from harness.errors import MatrixError, explain
 from harness.spec.cell import DEVICES, TASK_NAME, Cell, Device, StrategyName
 
-MATCH_KEYS = ("task", "device", "processes", "strategy", "precision")
+MATCH_KEYS = ("task", "device", "processes", "strategy", "precision", "implementation")
 # How a declared failure fails (`status` of an [[expected]] entry); a cell that fails another
 # way is an unexpected failure. "failed": it ran to the end and was judged wrong (numbers,
 # evidence, randomness); "exception": training raised; "crashed" / "timeout": as reported.

@@ -8,10 +8,12 @@ Canary cells (opt-in, they break on purpose) are not items; run them with `pytho
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from harness.report.text import failure_text
-from harness.spec.cell import Cell
+from harness.spec.cell import CORE, Cell
 from harness.spec.matrix import load_matrix
 from harness.truth.outcome import Status
 from tests.matrix.session import MatrixSession, matrix_file
@@ -21,10 +23,19 @@ from tests.matrix.session import MatrixSession, matrix_file
 pytestmark = [pytest.mark.goldens, pytest.mark.nodeepspeed]
 
 
+def _implementations() -> set[str]:
+    """The core's cells by default, as `python -m harness run`; MATRIX_IMPLEMENTATION=accelerate
+    (or a comma-separated list, or "all") for another implementation's (docs/implementations.md)."""
+    asked = os.environ.get("MATRIX_IMPLEMENTATION", CORE)
+    return {"all"} if asked == "all" else set(asked.split(","))
+
+
 def _params() -> list[object]:
+    wanted = _implementations()
     return [
         pytest.param(cell, id=cell.id, marks=[getattr(pytest.mark, name) for name in cell.markers])
         for cell in load_matrix(matrix_file()).cells
+        if "all" in wanted or cell.implementation in wanted
     ]
 
 

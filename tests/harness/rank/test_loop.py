@@ -3,7 +3,7 @@ the DeepSpeed failures the core reconciles, reproduced with DeepSpeed alone in o
 launch.
 
 Judged elsewhere, not run twice (each is a matrix item of tests/matrix/test_matrix.py, trained by
-the same `train_with_core` on 2 real ranks and judged against the same golden at the same
+the same `train_task` on 2 real ranks and judged against the same golden at the same
 `tolerance_for(precision, strategy)`, and before any number on its evidence of what ran:
 strategy, world size, device, ZeRO stage; a failing item fails, it never skips while deepspeed is
 installed):
@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from accelerate_core import is_deepspeed_available
-from harness.rank.loop import train_with_core
+from harness.rank.loop import train_task
 from harness.spec.matrix import load_matrix
 from harness.tasks import get_task
 from harness.truth.compare import compare_record, diagnose
@@ -58,7 +58,7 @@ def one_thread() -> Iterator[None]:
 def single_records() -> dict[str, Record]:
     records = {}
     for name in TASKS:
-        record = train_with_core(get_task(name), precision="fp32", cpu=True, zero_stage=None)
+        record = train_task(get_task(name), precision="fp32", cpu=True, zero_stage=None)
         assert record is not None
         records[name] = record
     return records
@@ -96,8 +96,8 @@ def test_cells_in_one_process_do_not_leak_into_each_other(single_records: dict[s
     task = get_task("classifier")
     first = single_records["classifier"]
     torch.rand(100)
-    train_with_core(get_task("lm"), precision="bf16", cpu=True, zero_stage=None)
-    second = train_with_core(task, precision="fp32", cpu=True, zero_stage=None)
+    train_task(get_task("lm"), precision="bf16", cpu=True, zero_stage=None)
+    second = train_task(task, precision="fp32", cpu=True, zero_stage=None)
     assert second is not None
     assert first.losses == second.losses
     assert all(torch.equal(first.state_dict[k], second.state_dict[k]) for k in first.state_dict)

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 from accelerate_core import Accelerator
+from harness.implementations import adapter_for
 from harness.rank.recorder import RankRecorder
 from harness.rank.resume import RunSpan
 from harness.tasks import get_task
@@ -23,7 +24,7 @@ def _model() -> nn.Module:
 
 
 def test_micro_steps_run_from_a_training_forward_to_the_optimizer_step() -> None:
-    recorder = RankRecorder(get_task("regression"), RunSpan())
+    recorder = RankRecorder(get_task("regression"), RunSpan(), adapter_for("core"))
     accelerator = Accelerator(cpu=True, observers=[recorder])
     all_reduce = dist.all_reduce
     plain = _model()
@@ -50,7 +51,7 @@ def test_micro_steps_run_from_a_training_forward_to_the_optimizer_step() -> None
 
 
 def test_draws_nothing_without_dropout_and_the_evidence_keeps_its_keys() -> None:
-    recorder = RankRecorder(get_task("regression"), RunSpan())
+    recorder = RankRecorder(get_task("regression"), RunSpan(), adapter_for("core"))
     accelerator = Accelerator(cpu=True, observers=[recorder])
     plain = nn.Linear(3, 1)
     model, optimizer = accelerator.prepare(plain, torch.optim.SGD(plain.parameters(), lr=0.1))
@@ -66,7 +67,7 @@ def test_draws_nothing_without_dropout_and_the_evidence_keeps_its_keys() -> None
 @pytest.mark.fp16
 def test_skipped_steps_are_numbered_from_the_spans_first_step() -> None:
     span = RunSpan(step=5, loads_from=Path("checkpoint"))  # a destination: its first step is the run's 6th
-    recorder = RankRecorder(get_task("regression"), span)
+    recorder = RankRecorder(get_task("regression"), span, adapter_for("core"))
     accelerator = Accelerator(fp16=True, cpu=True, observers=[recorder])
     plain = nn.Linear(3, 1)
     model, optimizer = accelerator.prepare(plain, torch.optim.SGD(plain.parameters(), lr=0.1))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.rank.loop import train_with_core
+from harness.rank.loop import train_task
 from harness.spec.cell import Cell
 from harness.tasks import get_task
 from harness.truth.autocast_site import autocast_site
@@ -18,7 +18,7 @@ from tests.harness.truth.elementwise_task import registered
 
 
 def _run(name: str, precision: str) -> Record:
-    record = train_with_core(get_task(name), precision=precision, cpu=True, zero_stage=None)
+    record = train_task(get_task(name), precision=precision, cpu=True, zero_stage=None)
     assert record is not None
     return record
 
@@ -57,7 +57,7 @@ def test_a_task_autocast_acts_on_nowhere_says_so_and_fails_its_half_cells(
         monkeypatch: pytest.MonkeyPatch) -> None:
     task = registered(monkeypatch)
     assert autocast_site(task) is None
-    record = train_with_core(task, precision="fp32", cpu=True, zero_stage=None)
+    record = train_task(task, precision="fp32", cpu=True, zero_stage=None)
     assert record is not None
     evidence = record.meta["evidence"]
     assert evidence["autocast_site"].startswith(

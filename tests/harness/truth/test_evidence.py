@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.rank.loop import train_with_core
+from harness.rank.loop import train_task
 from harness.spec.cell import Cell
 from harness.spec.matrix import load_matrix
 from harness.tasks import get_task
@@ -21,7 +21,7 @@ from harness.truth.record import Record
 
 @pytest.fixture(scope="module")
 def fp32_single() -> Record:
-    record = train_with_core(get_task("classifier"), precision="fp32", cpu=True, zero_stage=None)
+    record = train_task(get_task("classifier"), precision="fp32", cpu=True, zero_stage=None)
     assert record is not None
     return record
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness.rank.loop import train_with_core
+from harness.rank.loop import train_task
 from harness.spec.cell import Cell
 from harness.tasks import get_task
 from harness.truth.evidence import evidence_mismatch
@@ -24,7 +24,7 @@ FSDP_BF16 = Cell("classifier", "cpu", 2, "fsdp", "bf16")
 
 @pytest.fixture(scope="module")
 def fp32_single() -> Record:
-    record = train_with_core(get_task("classifier"), precision="fp32", cpu=True, zero_stage=None)
+    record = train_task(get_task("classifier"), precision="fp32", cpu=True, zero_stage=None)
     assert record is not None
     return record
 
