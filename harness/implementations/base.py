@@ -2,7 +2,7 @@
 accelerator a cell asks for, read what ran from the objects it built, free it.
 
 The rank loop (harness.rank.loop) is the user loop of docs/the-user-loop.md, written once against
-the API the MISSION's script uses (`prepare`, `backward`, `clip_grad_norm_`, `reduce`,
+the API the user's script uses (docs/the-user-loop.md) (`prepare`, `backward`, `clip_grad_norm_`, `reduce`,
 `gather_for_metrics`, `get_state_dict`, `wait_for_everyone`, `optimizer.is_overflow`). An adapter
 hands it an accelerator that answers that API, and tells the rank's recorder
 (harness.rank.recorder) of every prepare, backward and optimizer step through the core's observer

@@ -313,7 +313,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         replace=("                config=self.config,\n"
                  "                lr_scheduler=schedulers[0] if schedulers else None,\n"
                  "                dist_init_required=False,"),
-        # A resume cell: the plain cells run the MISSION loop, which never passes its scheduler
+        # A resume cell: the plain cells run the user loop, which never passes its scheduler
         # to prepare(), so the engine could not get it there (the first full run missed it on
         # classifier-cpu2-zero1-fp32 for that reason); checkpointed runs prepare it.
         select="classifier-golden-fp32:cpu2-zero1-fp32",

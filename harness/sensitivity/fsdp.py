@@ -89,4 +89,28 @@ FSDP_BUGS: tuple[Bug, ...] = (
         imitates="gradient clipping by each rank's shard norm instead of the global norm: ranks clip "
                  "their shards by different factors (the norm of a shard is smaller than the whole's)",
     ),
+    Bug(
+        name="fsdp_master_weights_in_half",
+        area="fsdp",
+        file="strategies/fsdp.py",
+        search="            model.to(self.root_device)\n",
+        replace=("            model.to(self.root_device, dtype=self.precision.param_dtype or torch.float32)"
+                 "  # half masters\n"),
+        select="classifier-cpu2-fsdp-bf16",
+        imitates="the model cast to the half dtype before sharding, so the sharded master weights the "
+                 "optimizer steps are bf16, where DeepSpeed and amp keep fp32 masters: small updates "
+                 "round away (huggingface/accelerate#2624: FSDP needed a larger learning rate than "
+                 "DeepSpeed)",
+    ),
+    Bug(
+        name="fsdp_optimizer_keeps_replaced_params",
+        area="fsdp",
+        file="strategies/fsdp.py",
+        search="            fsdp_state.swap_optimizer_params(optimizer, self._replaced)\n",
+        replace="            pass  # the optimizer keeps the parameters fully_shard replaced\n",
+        select="regression-cpu2-fsdp-fp32",
+        imitates="an optimizer built before prepare() left pointing at the parameters fully_shard "
+                 "replaced with DTensors: it steps tensors nothing reads any more, and the model "
+                 "never trains (torch's FSDP documentation: build the optimizer after sharding)",
+    ),
 )

@@ -1,4 +1,4 @@
-"""`classifier`: an MLP over dict batches returning an output object with `.loss` (the MISSION
+"""`classifier`: an MLP over dict batches returning an output object with `.loss` (the user
 loop), built to carry the features that distributed backends get wrong:
 
 - a frozen parameter (`embed`: it must come back unchanged and must not need a gradient),

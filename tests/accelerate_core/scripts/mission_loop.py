@@ -3,7 +3,7 @@
 The loop body is the user loop's, plus lines that record what happened (marked `# record`) and the
 test-only hooks: --inject-overflow-step (makes one optimizer step's gradients non-finite),
 --save-state-at / --resume-from (checkpoint and resume). Rank 0 writes, under --out DIR,
-model.pt (the MISSION's `accelerator.save(accelerator.get_state_dict(model), path)`) and
+model.pt (the user loop's `accelerator.save(accelerator.get_state_dict(model), path)`) and
 record.pt (per-micro-step losses, per-optimizer-step overflow flags and learning rates, loss
 scales, gathered eval outputs). Flags are relied on by the DeepSpeed tests: keep them stable.
 `main(argv)` returns its Accelerator, so scripts/scenarios.py can free it and run the next
