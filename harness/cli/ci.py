@@ -148,6 +148,8 @@ def _job(env: Environment, environments: dict[str, Environment], shard: int = 0)
     if shard <= 1:
         steps.append({"name": "Tests", "run": 'python -m pytest tests -m "not matrix" -ra\n'})
     run = f'python -m harness run --env-name {env.name} --report-dir {report_dir} -m "{markexpr}"'
+    if env.implementation != "core":
+        run += f" --implementation {env.implementation}"
     name = env.description or env.name
     if shard:
         run += f" --shard {shard}/{env.shards}"

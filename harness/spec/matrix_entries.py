@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import implementations
 from harness.errors import MatrixError, explain
 from harness.spec.cell import DEVICES, TASK_NAME, Cell, Device, StrategyName
 
@@ -58,6 +59,8 @@ class Environment:
     compare_with: str = ""  # the environment whose records this one's numbers are compared with
     # CI runs it as this many jobs, each `--shard K/N`, and merges them (docs/shards.md).
     shards: int = 1
+    # Whose cells its CI job runs (the implementation axis; docs/implementations.md).
+    implementation: str = "core"
 
 
 def bad(
@@ -190,7 +193,12 @@ def parse_expected(file: Path, i: int, entry: dict[str, Any], valid_axes: dict[s
 def parse_environment(file: Path, name: str, body: dict[str, Any]) -> Environment:
     where = f"[environments.{name}]"
     only_keys(file, where, body, ("description", "deepspeed", "device", "extras", "runs_on", "markexpr",
-                                  "torch_version", "deepspeed_version", "sweep", "compare_with", "shards"))
+                                  "torch_version", "deepspeed_version", "sweep", "compare_with", "shards",
+                                  "implementation"))
+    implementation = body.get("implementation", "core")
+    if implementation not in implementations.names():
+        raise bad(file, where + ".implementation", implementation, "not an implementation of the axis",
+                  implementations.names(), "use one of these")
     shards = _parse_shards(file, where, body)
     for key in ("torch_version", "deepspeed_version"):
         pin = body.get(key, "")
@@ -226,6 +234,7 @@ def parse_environment(file: Path, name: str, body: dict[str, Any]) -> Environmen
         sweep=bool(body.get("sweep", False)),
         compare_with=str(body.get("compare_with", "")),
         shards=shards,
+        implementation=implementation,
     )
 
 

@@ -132,7 +132,7 @@ def test_a_final_job_merges_the_reports_of_every_cpu_environment() -> None:
     job = jobs[MERGE_JOB]
     cpu = [name for name, env in environments.items() if env.device == "cpu" and not env.sweep]
     assert sorted(job["needs"]) == sorted(name.replace("_", "-") for name in cpu)
-    assert set(job["needs"]) == {"nodeepspeed", "deepspeed"}
+    assert set(job["needs"]) == {"nodeepspeed", "deepspeed", "accelerate"}
     assert job["if"] == "${{ !cancelled() }}", "a failing environment job must not hide the merged report"
     downloads = [s for s in job["steps"] if s.get("uses", "").startswith("actions/download-artifact")]
     assert {(s["with"]["name"], s["with"]["path"]) for s in downloads} == {

@@ -48,14 +48,15 @@ def test_a_sharded_cpu_environment_runs_n_jobs_merged_by_the_merge_job(tmp_path:
         # The unit tests once, in the first shard's job: the others would only repeat them.
         assert ("Tests" in [s.get("name") for s in job["steps"]]) == (k == 1)
     merge = jobs[MERGE_JOB]
-    assert merge["needs"] == [*ids, "deepspeed"]
+    assert merge["needs"] == [*ids, "deepspeed", "accelerate"]
     downloads = [s["with"] for s in merge["steps"] if "download-artifact" in s.get("uses", "")]
     shards = [{"name": f"report-nodeepspeed-shard-{k}-of-3", "path": f"reports/nodeepspeed/shard-{k}"}
               for k in (1, 2, 3)]
-    assert downloads == [*shards, {"name": "report-deepspeed", "path": "reports/deepspeed"}]
+    assert downloads == [*shards, {"name": "report-deepspeed", "path": "reports/deepspeed"},
+                         {"name": "report-accelerate", "path": "reports/accelerate"}]
     assert step(merge, "Merge")["run"] == (
         "python -m harness report merge reports/nodeepspeed/shard-1 reports/nodeepspeed/shard-2 "
-        "reports/nodeepspeed/shard-3 reports/deepspeed --out reports/merged\n")
+        "reports/nodeepspeed/shard-3 reports/deepspeed reports/accelerate --out reports/merged\n")
     # The deepspeed job compares records with every nodeepspeed shard's, downloaded into one folder.
     deepspeed = jobs["deepspeed"]
     assert deepspeed["needs"] == ids
@@ -74,7 +75,8 @@ def test_a_sharded_environment_that_compares_records_does_so_in_every_shard(tmp_
         run = step(job, "Matrix")["run"]
         # Both branches (records there or not) run the same shard.
         assert run.count(f" --shard {k}/2") == 2 and "--compare-records reports/nodeepspeed" in run
-    assert jobs[MERGE_JOB]["needs"] == ["nodeepspeed", "deepspeed-shard-1-of-2", "deepspeed-shard-2-of-2"]
+    assert jobs[MERGE_JOB]["needs"] == ["nodeepspeed", "deepspeed-shard-1-of-2", "deepspeed-shard-2-of-2",
+                                         "accelerate"]
 
 
 def test_a_sharded_gpu_environment_gets_a_merge_job_of_its_own(tmp_path: Path) -> None:
@@ -88,7 +90,8 @@ def test_a_sharded_gpu_environment_gets_a_merge_job_of_its_own(tmp_path: Path) -
     assert step(merge, "Merge")["run"] == (
         "python -m harness report merge reports/gpu/shard-1 reports/gpu/shard-2 --out reports/gpu/merged\n")
     assert step(merge, "Upload merged report")["with"]["name"] == "report-gpu"
-    assert set(jobs[MERGE_JOB]["needs"]) == {"nodeepspeed", "deepspeed"}, "the CPU merge is unchanged"
+    cpu = {"nodeepspeed", "deepspeed", "accelerate"}
+    assert set(jobs[MERGE_JOB]["needs"]) == cpu, "the CPU merge is unchanged"
     assert yaml.safe_load(render_workflows(sharded_matrix(tmp_path, gpu=2))[WORKFLOW])["jobs"] == jobs
 
 

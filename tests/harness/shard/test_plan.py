@@ -26,7 +26,8 @@ CPU = "not gpu and not multi_gpu"
 
 
 def cpu_cells() -> list[Cell]:
-    return select(load_matrix().cells, None, CPU)
+    """The CPU cells `list`/`run` select by default: the core's (docs/implementations.md)."""
+    return select([c for c in load_matrix().cells if c.implementation == "core"], None, CPU)
 
 
 def ids_of(cells: list[Cell], positions: tuple[int, ...]) -> list[str]:
