@@ -32,7 +32,6 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.scripts.deepspeed_checks import (
     CLIP,
     EPOCHS,
@@ -41,14 +40,14 @@ from tests.accelerate_core.scripts.deepspeed_checks import (
     plain_reference,
 )
 from tests.accelerate_core.shared_launch import LaunchPart, Scenario
-from tests.cpu_paths import NATIVE_FP16_HERE, NO_NATIVE_FP16_REASON, WITHOUT_NATIVE_FP16
+from tests.cpu_paths import NATIVE_FP16_HERE, WITHOUT_NATIVE_FP16
 from tests.distributed_helpers import run_distributed
+from tests.run_if import run_if
 
 pytestmark = [
     pytest.mark.deepspeed,
     pytest.mark.slow,
-    pytest.mark.skipif(not is_deepspeed_available(),
-                       reason="deepspeed is not installed (pip install deepspeed) - DeepSpeed tests skipped"),
+    run_if(deepspeed=True, why="DeepSpeed tests skipped"),
 ]
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "deepspeed_checks.py"
@@ -188,7 +187,7 @@ def _assert_fp16_skips_the_injected_overflow(record: dict[str, Any]) -> None:
 
 
 @pytest.mark.fp16
-@pytest.mark.skipif(not NATIVE_FP16_HERE, reason=NO_NATIVE_FP16_REASON)
+@run_if(native_fp16=True)
 @pytest.mark.parametrize("stage", STAGES)
 def test_fp16_native_path_reports_injected_overflow_and_skips_the_step(two_ranks: Path, stage: int) -> None:
     record = load(two_ranks, f"fp16:{stage}")

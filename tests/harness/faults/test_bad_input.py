@@ -34,6 +34,7 @@ from tests.harness.runner_helpers import (
     run_in_process,
     write_matrix,
 )
+from tests.run_if import run_if
 
 EXIT_USAGE = 2
 
@@ -274,7 +275,7 @@ print("prepared")
 
 
 @pytest.mark.deepspeed
-@pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed")
+@run_if(deepspeed=True)
 def test_fp16_deepspeed_on_cpu_without_emulation_is_refused_by_the_core(tmp_path: Path) -> None:
     # A CPU without native fp16: this one's, or this one with oneDNN capped below it.
     (tmp_path / "s.py").write_text(FP16_SCRIPT)

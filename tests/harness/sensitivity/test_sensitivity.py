@@ -20,6 +20,7 @@ from accelerate_core.imports import is_deepspeed_available
 from harness.sensitivity.bug import AREAS, Bug, CatalogError, core_source, patched_copy
 from harness.sensitivity.catalog import CATALOG, FAST, by_name
 from harness.sensitivity.trial import Control, control_run, try_bug
+from tests.run_if import run_if
 
 
 def test_the_catalog_has_twenty_realistic_bugs_covering_every_area() -> None:
@@ -87,8 +88,7 @@ _EVIDENCE = {
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(name, marks=[pytest.mark.deepspeed, pytest.mark.skipif(
-        not is_deepspeed_available(), reason="deepspeed is not installed")]) if name in _NEEDS_DEEPSPEED
+    [pytest.param(name, marks=[pytest.mark.deepspeed, run_if(deepspeed=True)]) if name in _NEEDS_DEEPSPEED
      else name for name in FAST],
 )
 def test_the_fast_subset_is_caught(name: str, control: Control) -> None:
