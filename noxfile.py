@@ -51,21 +51,11 @@ REPORTS = Path("reports")
 # an AVX2-only CPU runs are the ones that run.
 OLDER_CPU = {"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 # What touches numerics or fp16 detection (the whole suite again would double CI's time): the
-# goldens (regenerated under the caps) and the reference, the core against plain PyTorch on one
-# process, DeepSpeed fp16 on CPU (native where there is one, the emulation, the refusal), fp16
-# availability and its fault cases, and what `env` says about the machine.
-NUMERICS_TESTS = [
-    "tests/harness/truth/test_golden.py",
-    "tests/harness/truth/test_reference.py",
-    "tests/harness/spec/test_availability.py",
-    "tests/accelerate_core/test_accelerator_single.py",
-    "tests/accelerate_core/test_deepspeed_training.py::test_fp16_native_path_reports_injected_overflow_and_skips_the_step",
-    "tests/accelerate_core/test_deepspeed_training.py::test_fp16_emulation_path_reports_injected_overflow_and_skips_the_step",
-    "tests/accelerate_core/test_deepspeed_training.py::test_fp16_without_opt_in_is_a_specific_error",
-    "tests/harness/faults/test_bad_input.py::test_fp16_deepspeed_on_cpu_without_emulation_is_skipped_with_the_reason",
-    "tests/harness/faults/test_bad_input.py::test_fp16_deepspeed_on_cpu_without_emulation_is_refused_by_the_core",
-    "tests/accelerate_core/commands/test_env_command.py::test_env_names_what_decides_numerics_here",
-]
+# tests marked `numerics` (pyproject.toml): the goldens (regenerated under the caps) and the
+# reference, the core against plain PyTorch on one process, DeepSpeed fp16 on CPU (native where
+# there is one, the emulation, the refusal), fp16 availability and its fault cases, and what `env`
+# says about the machine. A marker, not a list of paths: a test joins by being marked.
+NUMERICS = ["tests", "-m", "numerics"]
 
 
 def _sweep_environments() -> dict[str, dict[str, object]]:
@@ -154,7 +144,7 @@ def matrix(session: nox.Session, env: str) -> None:
 @nox.parametrize("env", ENVIRONMENTS, ids=ENVIRONMENTS)
 def tests(session: nox.Session, env: str) -> None:
     """The test suite (the matrix items included); in the deepspeed environment, then the
-    numerics tests (NUMERICS_TESTS) once more with the CPU made to look older (OLDER_CPU), in the
+    numerics tests (marker `numerics`) once more with the CPU made to look older (OLDER_CPU), in the
     same venv (a venv of its own cost CI a torch + deepspeed install and a DeepSpeed op build).
     Arguments after -- replace the defaults (and skip the older-CPU pass)."""
     _install(session, EXTRAS[env])
@@ -206,11 +196,11 @@ def foreign_goldens(session: nox.Session) -> None:
 
 
 def _numerics_on_an_older_cpu(session: nox.Session) -> None:
-    """NUMERICS_TESTS with torch, oneDNN and MKL capped at AVX2 (OLDER_CPU)."""
+    """The tests marked `numerics` with torch, oneDNN and MKL capped at AVX2 (OLDER_CPU)."""
     environ = {**_environ(session, "deepspeed"), **OLDER_CPU}
     # Say what the tests will see, before they see it.
     session.run("python", "-m", "accelerate_core.commands.main", "env", env=environ)
-    session.run("python", "-m", "pytest", *NUMERICS_TESTS, "-n", "2", "--dist", "loadfile", "-ra",
+    session.run("python", "-m", "pytest", *NUMERICS, "-n", "2", "--dist", "loadfile", "-ra",
                 env=environ)
 
 

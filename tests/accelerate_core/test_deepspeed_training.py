@@ -187,6 +187,7 @@ def _assert_fp16_skips_the_injected_overflow(record: dict[str, Any]) -> None:
 
 
 @pytest.mark.fp16
+@pytest.mark.numerics
 @run_if(native_fp16=True)
 @pytest.mark.parametrize("stage", STAGES)
 def test_fp16_native_path_reports_injected_overflow_and_skips_the_step(two_ranks: Path, stage: int) -> None:
@@ -196,6 +197,7 @@ def test_fp16_native_path_reports_injected_overflow_and_skips_the_step(two_ranks
 
 
 @pytest.mark.fp16
+@pytest.mark.numerics
 @pytest.mark.parametrize("stage", STAGES)
 def test_fp16_emulation_path_reports_injected_overflow_and_skips_the_step(
     two_ranks_without_native_fp16: Path, stage: int
@@ -308,6 +310,7 @@ def test_wrong_prepare_calls_are_explained(two_ranks: Path) -> None:
 
 
 @pytest.mark.fp16
+@pytest.mark.numerics
 def test_fp16_without_opt_in_is_a_specific_error(two_ranks_without_native_fp16: Path) -> None:
     record = load(two_ranks_without_native_fp16, "fp16_refused")
     assert record["native"] is False  # path: no native fp16 (this CPU's, or oneDNN capped below it)

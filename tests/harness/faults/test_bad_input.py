@@ -130,6 +130,7 @@ def test_compare_records_without_records(tmp_path: Path) -> None:
 
 
 @pytest.mark.nodeepspeed
+@pytest.mark.numerics
 def test_fp16_deepspeed_on_cpu_without_emulation_is_skipped_with_the_reason(tmp_path: Path) -> None:
     # A CPU without native fp16: this one's, or this one with oneDNN capped below it.
     matrix = SMALL_MATRIX.replace('strategy = ["single", "ddp"]', 'strategy = ["zero1"]')
@@ -275,6 +276,7 @@ print("prepared")
 
 
 @pytest.mark.deepspeed
+@pytest.mark.numerics
 @run_if(deepspeed=True)
 def test_fp16_deepspeed_on_cpu_without_emulation_is_refused_by_the_core(tmp_path: Path) -> None:
     # A CPU without native fp16: this one's, or this one with oneDNN capped below it.
