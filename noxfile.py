@@ -79,13 +79,19 @@ def _install(session: nox.Session, extras: str) -> None:
     session.install("-e", f".[{extras}]")
 
 
-def _environ(session: nox.Session, env_name: str) -> dict[str, str]:
+def _environ(session: nox.Session) -> dict[str, str]:
     venv = Path(session.virtualenv.location)
-    environ = {
-        "TORCH_EXTENSIONS_DIR": str(venv / "torch_extensions"),
-        "MATRIX_ENV": env_name,  # read by tests/matrix (the matrix as pytest items)
-    }
-    return environ
+    return {"TORCH_EXTENSIONS_DIR": str(venv / "torch_extensions")}
+
+
+def _pytest(session: nox.Session, env_name: str, args: list[str], environ: dict[str, str],
+            report_dir: Path | None = None) -> None:
+    """pytest with the matrix items' options (tests/matrix/options.py): the environment they are
+    in, and where their report goes when not reports/pytest/<env>."""
+    matrix = ["--matrix-env", env_name]
+    if report_dir is not None:
+        matrix += ["--matrix-report-dir", str(report_dir.resolve())]
+    session.run("python", "-m", "pytest", *matrix, *args, env=environ)
 
 
 def _check_deepspeed(session: nox.Session, env_name: str) -> None:
@@ -118,7 +124,7 @@ def _build_deepspeed_ops(session: nox.Session, env_name: str) -> None:
         "from deepspeed.accelerator import get_accelerator; "
         "builder = get_accelerator().create_op_builder('ShareMemCommBuilder'); "
         "builder is not None and builder.load()",
-        env=_environ(session, env_name),
+        env=_environ(session),
     )
 
 
@@ -137,7 +143,7 @@ def matrix(session: nox.Session, env: str) -> None:
         command += ["--compare-records", str(other)]
     elif env == "deepspeed":
         session.warn(f"no {other}/report.json: the cross-environment check is skipped this time")
-    session.run(*command, *session.posargs, env=_environ(session, env))
+    session.run(*command, *session.posargs, env=_environ(session))
 
 
 @nox.session(python=PYTHON)
@@ -163,13 +169,13 @@ def tests(session: nox.Session, env: str) -> None:
     # --junitxml: every test's time, for the CI system and for benchmarks/suite_time.py.
     args = session.posargs or [*paths, "-n", "2", "--dist", "loadfile", "-ra", "--durations=15",
                                f"--junitxml={REPORTS / f'junit-tests-{env}.xml'}"]
-    environ = _environ(session, env)
+    environ = _environ(session)
     if env == "deepspeed":
         # The goldens this suite reads look made on another machine: a test that assumes they
         # were made on the machine running it fails here, not on a user's CPU of another vendor.
         # tests(nodeepspeed)'s cells and the older-CPU pass read the checked-in ones.
         environ[GOLDEN_DIR_VARIABLE] = _foreign_goldens(session)
-    session.run("python", "-m", "pytest", *args, env=environ)
+    _pytest(session, env, args, environ)
     if env == "deepspeed" and not session.posargs:
         _numerics_on_an_older_cpu(session)
 
@@ -189,19 +195,17 @@ def foreign_goldens(session: nox.Session) -> None:
     _install(session, EXTRAS["deepspeed"])
     _check_deepspeed(session, "deepspeed")
     _build_deepspeed_ops(session, "deepspeed")
-    environ = {**_environ(session, "deepspeed"), GOLDEN_DIR_VARIABLE: _foreign_goldens(session),
-               "MATRIX_REPORT_DIR": str((REPORTS / "pytest" / "foreign-goldens").resolve())}
+    environ = {**_environ(session), GOLDEN_DIR_VARIABLE: _foreign_goldens(session)}
     args = session.posargs or ["tests", "-m", "goldens", "-n", "2", "--dist", "loadfile", "-ra"]
-    session.run("python", "-m", "pytest", *args, env=environ)
+    _pytest(session, "deepspeed", args, environ, report_dir=REPORTS / "pytest" / "foreign-goldens")
 
 
 def _numerics_on_an_older_cpu(session: nox.Session) -> None:
     """The tests marked `numerics` with torch, oneDNN and MKL capped at AVX2 (OLDER_CPU)."""
-    environ = {**_environ(session, "deepspeed"), **OLDER_CPU}
+    environ = {**_environ(session), **OLDER_CPU}
     # Say what the tests will see, before they see it.
     session.run("python", "-m", "accelerate_core.commands.main", "env", env=environ)
-    session.run("python", "-m", "pytest", *NUMERICS, "-n", "2", "--dist", "loadfile", "-ra",
-                env=environ)
+    _pytest(session, "deepspeed", [*NUMERICS, "-n", "2", "--dist", "loadfile", "-ra"], environ)
 
 
 @nox.session(python=PYTHON)
@@ -220,7 +224,7 @@ def sensitivity(session: nox.Session) -> None:
     _check_deepspeed(session, "deepspeed")
     _build_deepspeed_ops(session, "deepspeed")
     session.run("python", "-m", "harness", "sensitivity", "--json", str(REPORTS / "sensitivity.json"),
-                *session.posargs, env=_environ(session, "deepspeed"))
+                *session.posargs, env=_environ(session))
 
 
 @nox.session(python=PYTHON)
@@ -281,7 +285,7 @@ def versions(session: nox.Session, env: str) -> None:
                      "pip's output)")
 
     timed("install", install)
-    environ = _environ(session, env)
+    environ = _environ(session)
     try:
         timed("op build", lambda: _build_deepspeed_ops(session, env))
     except nox.command.CommandFailed:

@@ -14,21 +14,26 @@ from harness.report.text import failure_text
 from harness.spec.cell import Cell
 from harness.spec.matrix import load_matrix
 from harness.truth.outcome import Status
-from tests.matrix.session import MatrixSession, matrix_file
+from tests.matrix.session import MatrixSession, MatrixSettings
 
 # Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens); the cells
 # of the environment without deepspeed are its own (tests(nodeepspeed) runs them).
 pytestmark = [pytest.mark.goldens, pytest.mark.nodeepspeed]
 
 
-def _params() -> list[object]:
+def _params(settings: MatrixSettings) -> list[object]:
     return [
         pytest.param(cell, id=cell.id, marks=[getattr(pytest.mark, name) for name in cell.markers])
-        for cell in load_matrix(matrix_file()).cells
+        for cell in load_matrix(settings.file).cells
     ]
 
 
-@pytest.mark.parametrize("cell", _params())
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One item per cell of the run's matrix (--matrix-file, else MATRIX_FILE, else the default)."""
+    if "cell" in metafunc.fixturenames:
+        metafunc.parametrize("cell", _params(MatrixSettings.of(metafunc.config)))
+
+
 def test_cell(cell: Cell, matrix_session: MatrixSession) -> None:
     result = matrix_session.result_for(cell)
     status = Status(result.status)
