@@ -57,6 +57,26 @@ def test_invalid_toml(tmp_path: Path) -> None:
     assert_explained(done, "not valid TOML", "line")
 
 
+@pytest.mark.parametrize(("text", "command", "fragments"), [
+    ("", "list", ["it has no [axes] table", "a task axis in [axes]", "regression", "harness init DIR"]),
+    ("# nothing yet\n", "run", ["it has no [axes] table", "[[shapes]]"]),
+    ('[axes]\ndevice = ["cpu"]\n\n[[shapes]]\ndevice = "cpu"\nprocesses = 1\nstrategies = ["single"]\n',
+     "run", ["its [axes] table has no task axis", "tasks = ['mypkg.tasks']", "add a task axis"]),
+    ('[axes]\ntask = ["regression"]\n', "list",
+     ["it has no [[shapes]] entries", "device = 'cpu', processes = 1", "add [[shapes]] entries"]),
+], ids=["empty", "comment-only", "no-task-axis", "no-shapes"])
+def test_a_matrix_without_tasks_or_shapes_says_what_is_missing(
+        tmp_path: Path, text: str, command: str, fragments: list[str]) -> None:
+    """Not "selection (none): it matches no cell": the part of the file that is missing."""
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(text)
+    args = ["--report-dir", str(tmp_path / "report")] if command == "run" else []
+    done = run_harness_in_process(command, "--matrix", str(matrix), *args)
+    assert done.returncode == EXIT_USAGE
+    assert_explained(done, f"matrix file '{matrix}'", *fragments)
+    assert "matches no cell" not in done.stderr + done.stdout
+
+
 def test_unknown_axis_value(tmp_path: Path) -> None:
     matrix = write_matrix(
         tmp_path, SMALL_MATRIX.replace('strategy = ["single", "ddp"]', 'strategy = ["zero4"]')
