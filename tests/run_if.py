@@ -26,6 +26,7 @@ from accelerate_core.imports import DEEPSPEED_INSTALL_HINT, is_deepspeed_availab
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+
 @dataclass(frozen=True)
 class Condition:
     """One thing a test may need: whether this machine has it, and what to say when it does not."""
@@ -40,7 +41,7 @@ def _deepspeed() -> Condition:
     return Condition("deepspeed", is_deepspeed_available(),
                      f"deepspeed is not installed (install it: {DEEPSPEED_INSTALL_HINT})",
                      "deepspeed is installed (this test needs an environment without it: "
-                     "nox -s tests-nodeepspeed)")
+                     "nox -s 'tests(nodeepspeed)')")
 
 
 def _native_fp16() -> Condition:
@@ -95,10 +96,10 @@ def run_if(*, deepspeed: bool | None = None, native_fp16: bool | None = None, cu
            why: str = "") -> pytest.MarkDecorator:
     """`pytest.mark.skipif` for the conditions given (see the module docstring); `why` is added to
     the reason: what the test would have covered."""
-    asked = {"deepspeed": (deepspeed, _deepspeed), "native_fp16": (native_fp16, _native_fp16),
-             "cuda": (cuda, _cuda), "chromium": (chromium, _chromium), "linux": (linux, _linux)}
+    asked = ((deepspeed, _deepspeed), (native_fp16, _native_fp16), (cuda, _cuda), (chromium, _chromium),
+             (linux, _linux))
     reasons = []
-    for wanted, condition in asked.values():
+    for wanted, condition in asked:
         if wanted is None:
             continue
         found = condition()
