@@ -55,21 +55,11 @@ REPORTS = Path("reports")
 # an AVX2-only CPU runs are the ones that run.
 OLDER_CPU = {"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 # What touches numerics or fp16 detection (the whole suite again would double CI's time): the
-# goldens (regenerated under the caps) and the reference, the core against plain PyTorch on one
-# process, DeepSpeed fp16 on CPU (native where there is one, the emulation, the refusal), fp16
-# availability and its fault cases, and what `env` says about the machine.
-NUMERICS_TESTS = [
-    "tests/harness/truth/test_golden.py",
-    "tests/harness/truth/test_reference.py",
-    "tests/harness/spec/test_availability.py",
-    "tests/accelerate_core/test_accelerator_single.py",
-    "tests/accelerate_core/test_deepspeed_training.py::test_fp16_native_path_reports_injected_overflow_and_skips_the_step",
-    "tests/accelerate_core/test_deepspeed_training.py::test_fp16_emulation_path_reports_injected_overflow_and_skips_the_step",
-    "tests/accelerate_core/test_deepspeed_training.py::test_fp16_without_opt_in_is_a_specific_error",
-    "tests/harness/faults/test_bad_input.py::test_fp16_deepspeed_on_cpu_without_emulation_is_skipped_with_the_reason",
-    "tests/harness/faults/test_bad_input.py::test_fp16_deepspeed_on_cpu_without_emulation_is_refused_by_the_core",
-    "tests/accelerate_core/commands/test_env_command.py::test_env_names_what_decides_numerics_here",
-]
+# tests marked `numerics` (pyproject.toml): the goldens (regenerated under the caps) and the
+# reference, the core against plain PyTorch on one process, DeepSpeed fp16 on CPU (native where
+# there is one, the emulation, the refusal), fp16 availability and its fault cases, and what `env`
+# says about the machine. A marker, not a list of paths: a test joins by being marked.
+NUMERICS = ["tests", "-m", "numerics"]
 
 
 def _sweep_environments() -> dict[str, dict[str, object]]:
@@ -93,13 +83,19 @@ def _install(session: nox.Session, extras: str) -> None:
     session.install("-e", f".[{extras}]")
 
 
-def _environ(session: nox.Session, env_name: str) -> dict[str, str]:
+def _environ(session: nox.Session) -> dict[str, str]:
     venv = Path(session.virtualenv.location)
-    environ = {
-        "TORCH_EXTENSIONS_DIR": str(venv / "torch_extensions"),
-        "MATRIX_ENV": env_name,  # read by tests/matrix (the matrix as pytest items)
-    }
-    return environ
+    return {"TORCH_EXTENSIONS_DIR": str(venv / "torch_extensions")}
+
+
+def _pytest(session: nox.Session, env_name: str, args: list[str], environ: dict[str, str],
+            report_dir: Path | None = None) -> None:
+    """pytest with the matrix items' options (tests/matrix/options.py): the environment they are
+    in, and where their report goes when not reports/pytest/<env>."""
+    matrix = ["--matrix-env", env_name]
+    if report_dir is not None:
+        matrix += ["--matrix-report-dir", str(report_dir.resolve())]
+    session.run("python", "-m", "pytest", *matrix, *args, env=environ)
 
 
 def _check_deepspeed(session: nox.Session, env_name: str) -> None:
@@ -132,7 +128,7 @@ def _build_deepspeed_ops(session: nox.Session, env_name: str) -> None:
         "from deepspeed.accelerator import get_accelerator; "
         "builder = get_accelerator().create_op_builder('ShareMemCommBuilder'); "
         "builder is not None and builder.load()",
-        env=_environ(session, env_name),
+        env=_environ(session),
     )
 
 
@@ -151,14 +147,14 @@ def matrix(session: nox.Session, env: str) -> None:
         command += ["--compare-records", str(other)]
     elif env == "deepspeed":
         session.warn(f"no {other}/report.json: the cross-environment check is skipped this time")
-    session.run(*command, *session.posargs, env=_environ(session, env))
+    session.run(*command, *session.posargs, env=_environ(session))
 
 
 @nox.session(python=PYTHON)
 @nox.parametrize("env", ENVIRONMENTS, ids=ENVIRONMENTS)
 def tests(session: nox.Session, env: str) -> None:
     """The test suite (the matrix items included); in the deepspeed environment, then the
-    numerics tests (NUMERICS_TESTS) once more with the CPU made to look older (OLDER_CPU), in the
+    numerics tests (marker `numerics`) once more with the CPU made to look older (OLDER_CPU), in the
     same venv (a venv of its own cost CI a torch + deepspeed install and a DeepSpeed op build).
     Arguments after -- replace the defaults (and skip the older-CPU pass)."""
     _install(session, EXTRAS[env])
@@ -177,13 +173,13 @@ def tests(session: nox.Session, env: str) -> None:
     # --junitxml: every test's time, for the CI system and for benchmarks/suite_time.py.
     args = session.posargs or [*paths, "-n", "2", "--dist", "loadfile", "-ra", "--durations=15",
                                f"--junitxml={REPORTS / f'junit-tests-{env}.xml'}"]
-    environ = _environ(session, env)
+    environ = _environ(session)
     if env == "deepspeed":
         # The goldens this suite reads look made on another machine: a test that assumes they
         # were made on the machine running it fails here, not on a user's CPU of another vendor.
         # tests(nodeepspeed)'s cells and the older-CPU pass read the checked-in ones.
         environ[GOLDEN_DIR_VARIABLE] = _foreign_goldens(session)
-    session.run("python", "-m", "pytest", *args, env=environ)
+    _pytest(session, env, args, environ)
     if env == "deepspeed" and not session.posargs:
         _numerics_on_an_older_cpu(session)
 
@@ -203,19 +199,17 @@ def foreign_goldens(session: nox.Session) -> None:
     _install(session, EXTRAS["deepspeed"])
     _check_deepspeed(session, "deepspeed")
     _build_deepspeed_ops(session, "deepspeed")
-    environ = {**_environ(session, "deepspeed"), GOLDEN_DIR_VARIABLE: _foreign_goldens(session),
-               "MATRIX_REPORT_DIR": str((REPORTS / "pytest" / "foreign-goldens").resolve())}
+    environ = {**_environ(session), GOLDEN_DIR_VARIABLE: _foreign_goldens(session)}
     args = session.posargs or ["tests", "-m", "goldens", "-n", "2", "--dist", "loadfile", "-ra"]
-    session.run("python", "-m", "pytest", *args, env=environ)
+    _pytest(session, "deepspeed", args, environ, report_dir=REPORTS / "pytest" / "foreign-goldens")
 
 
 def _numerics_on_an_older_cpu(session: nox.Session) -> None:
-    """NUMERICS_TESTS with torch, oneDNN and MKL capped at AVX2 (OLDER_CPU)."""
-    environ = {**_environ(session, "deepspeed"), **OLDER_CPU}
+    """The tests marked `numerics` with torch, oneDNN and MKL capped at AVX2 (OLDER_CPU)."""
+    environ = {**_environ(session), **OLDER_CPU}
     # Say what the tests will see, before they see it.
     session.run("python", "-m", "accelerate_core.commands.main", "env", env=environ)
-    session.run("python", "-m", "pytest", *NUMERICS_TESTS, "-n", "2", "--dist", "loadfile", "-ra",
-                env=environ)
+    _pytest(session, "deepspeed", [*NUMERICS, "-n", "2", "--dist", "loadfile", "-ra"], environ)
 
 
 @nox.session(python=PYTHON)
@@ -234,7 +228,7 @@ def sensitivity(session: nox.Session) -> None:
     _check_deepspeed(session, "deepspeed")
     _build_deepspeed_ops(session, "deepspeed")
     session.run("python", "-m", "harness", "sensitivity", "--json", str(REPORTS / "sensitivity.json"),
-                *session.posargs, env=_environ(session, "deepspeed"))
+                *session.posargs, env=_environ(session))
 
 
 @nox.session(python=PYTHON)
@@ -308,7 +302,7 @@ def versions(session: nox.Session, env: str) -> None:
                      "pip's output)")
 
     timed("install", install)
-    environ = _environ(session, env)
+    environ = _environ(session)
     try:
         timed("op build", lambda: _build_deepspeed_ops(session, env))
     except nox.command.CommandFailed:

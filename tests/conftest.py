@@ -25,6 +25,22 @@ if _threads.isdigit() and int(_threads) > 0:  # anything else: torch's own handl
     torch.set_num_threads(int(_threads))
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The matrix items' options (--matrix-env, ...; tests/matrix/options.py): here, because pytest
+    reads options only from the conftest files it loads at startup. Imported here, not above: it
+    imports accelerate_core, so torch, which must start after OMP_NUM_THREADS is set."""
+    from tests.matrix.options import add_options
+
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A bad --matrix-timeout (or MATRIX_TIMEOUT) is a usage error before anything is collected."""
+    from tests.matrix.options import MatrixSettings
+
+    MatrixSettings.of(config)
+
+
 # Each test file's measured seconds (benchmarks/suite_time.py --write-costs, from a CI run's
 # junit files); a file not in it yet is estimated from its items.
 _COSTS_FILE = Path(__file__).with_name("file_costs.json")

@@ -15,9 +15,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.commands.cli_helpers import cli_environ, describe, run_cli
 from tests.distributed_helpers import REPO_ROOT
+from tests.run_if import run_if
 
 EXAMPLE = REPO_ROOT / "examples" / "train.py"
 # (launch flags, per-process batch): two processes with batch 4 train like one with batch 8.
@@ -57,7 +57,7 @@ def test_the_example_gives_the_same_weights_on_one_process_and_under_ddp(
 
 
 @pytest.mark.deepspeed
-@pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed (pip install deepspeed)")
+@run_if(deepspeed=True)
 def test_the_example_under_zero3_saves_the_full_weights(
         tmp_path: Path, single: dict[str, torch.Tensor]) -> None:
     zero3 = _train(tmp_path, "zero3")

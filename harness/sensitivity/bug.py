@@ -59,6 +59,12 @@ def core_copy(workdir: Path) -> Path:
     return workdir
 
 
+def _excerpt(text: str, limit: int = 120) -> str:
+    """The search text as a Python literal, cut after `limit` characters (entries span lines)."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[:limit] + "...'"
+
+
 def patched_copy(bug: Bug, workdir: Path) -> Path:
     """Copy the core into `workdir/accelerate_core`, apply `bug`, return `workdir` (the directory
     to put first on the path of the launched cells)."""
@@ -70,8 +76,9 @@ def patched_copy(bug: Bug, workdir: Path) -> Path:
     count = text.count(bug.search)
     if count != 1:
         where = "no longer occurs" if count == 0 else f"occurs {count} times"
-        raise CatalogError(f"{bug.name}: the patch's search text {where} in accelerate_core/{bug.file} "
-                           "(the core changed under it); rewrite the entry against the current code")
+        raise CatalogError(f"{bug.name}: the patch's search text {_excerpt(bug.search)} {where} in "
+                           f"accelerate_core/{bug.file} (the core changed under it); rewrite the entry "
+                           "against the current code")
     patched = text.replace(bug.search, bug.replace)
     try:  # a patch that does not even compile would "fail" every cell: that is no catch
         compile(patched, str(source), "exec")

@@ -113,11 +113,36 @@ def load_matrix(path: str | Path | None = None, known_tasks: Iterable[str] | Non
                 "fix the syntax at the line and column named",
             )
         ) from None
+    _known_sections(file, raw)
+    _require_cells_can_exist(file, raw)
     imports = _import_user_tasks(file, raw)
     tasks = _known_tasks(known_tasks) | set(imports.names)
     matrix = _build(file, raw, tasks)
     matrix.task_imports = imports.paths
     return matrix
+
+
+def _require_cells_can_exist(file: Path, raw: dict[str, Any]) -> None:
+    """A matrix without tasks or launch shapes has no cell: say which is missing, not that a
+    selection matched nothing. (A missing axis other than task means every value of it.)"""
+    given = f"matrix file {str(file)!r}"
+    builtin = [name for name in sorted(task_names()) if not name.startswith("canary")]
+    task_axis = (f"a task axis in [axes] (task = [...] of built-in tasks: {', '.join(builtin)}), or "
+                 "tasks = ['mypkg.tasks'] at the top for your own")
+    shape = "a [[shapes]] entry such as device = 'cpu', processes = 1, strategies = ['single']"
+    if "axes" not in raw and "tasks" not in raw:
+        raise MatrixError(explain(given, "it has no [axes] table (and no `tasks = [...]`), so it has no "
+                                  "task and no cell", task_axis,
+                                  "add an [axes] table with a task axis and [[shapes]] entries, or start "
+                                  "from `python -m harness init DIR`"))
+    axes = raw.get("axes")
+    if isinstance(axes, dict) and "task" not in axes and "tasks" not in raw:
+        raise MatrixError(explain(given, "its [axes] table has no task axis (and there is no `tasks = "
+                                  "[...]`), so it has no tasks and no cell", task_axis,
+                                  "add a task axis naming the tasks to run"))
+    if not raw.get("shapes"):
+        raise MatrixError(explain(given, "it has no [[shapes]] entries, so no launch shape and no cell",
+                                  shape, "add [[shapes]] entries for the devices and process counts to run"))
 
 
 @dataclass(frozen=True)
@@ -157,10 +182,13 @@ def _known_tasks(known: Iterable[str] | None) -> set[str]:
     return set(known) if known is not None else set(task_names())
 
 
-def _build(file: Path, raw: dict[str, Any], tasks: set[str]) -> Matrix:
+def _known_sections(file: Path, raw: dict[str, Any]) -> None:
     for key in raw:
         if key not in SECTIONS:
             raise bad(file, "section", key, "it is not a known section", SECTIONS, "rename or remove it")
+
+
+def _build(file: Path, raw: dict[str, Any], tasks: set[str]) -> Matrix:
     axes = raw.get("axes", {})
     valid_axes = {
         "task": sorted(tasks),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import traceback
 from types import ModuleType
 
 from harness.errors import HarnessError
@@ -152,7 +153,29 @@ def _import(module_name: str, given: str) -> ModuleType:
                 "module importable from the current directory or PYTHONPATH. Fix: run from the folder "
                 "that holds your package, or `export PYTHONPATH=/path/to/your/repo`"
             ) from None
-        raise  # a missing dependency inside the user's module: its own traceback says which
+        failure: Exception = exc  # a missing dependency inside the user's module
+    except Exception as exc:  # the user's module (or one it imports) raised while it was imported
+        failure = exc
+    # The chain keeps the whole traceback for whoever prints one (a rank's error file); the CLI
+    # prints the message: the exception's last line and where it was raised.
+    raise TaskImportError(
+        f"task import path {given!r}: importing module {module_name!r} raised "
+        f"{_last_line(failure)} ({_raised_at(failure)}). Valid: a module that imports without error. "
+        f"Fix: correct the error there; `python -c \"import {module_name}\"` shows the whole traceback"
+    ) from failure
+
+
+def _last_line(exc: BaseException) -> str:
+    """`ZeroDivisionError: division by zero`: what a traceback ends with."""
+    return traceback.format_exception_only(exc)[-1].strip()
+
+
+def _raised_at(exc: BaseException) -> str:
+    """`path/to/module.py, line 3`: the innermost frame (a syntax error: the line it names)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}, line {exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename}, line {frames[-1].lineno}" if frames else "where unknown"
 
 
 def _is_task_class(value: object) -> bool:

@@ -35,7 +35,6 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.scripts.batchnorm_checks import (
     STEPS,
     per_rank_reference,
@@ -43,13 +42,13 @@ from tests.accelerate_core.scripts.batchnorm_checks import (
 )
 from tests.accelerate_core.shared_launch import LaunchPart, Scenario
 from tests.cpu_paths import NATIVE_FP16_HERE
+from tests.run_if import run_if
 
 pytestmark = [
     pytest.mark.deepspeed,
     pytest.mark.ddp,
     pytest.mark.slow,
-    pytest.mark.skipif(not is_deepspeed_available(),
-                       reason="deepspeed is not installed (pip install deepspeed) - DeepSpeed tests skipped"),
+    run_if(deepspeed=True, why="DeepSpeed tests skipped"),
 ]
 
 WORLD = 2

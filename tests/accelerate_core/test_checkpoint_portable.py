@@ -27,7 +27,6 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.scripts.checkpoint_task import (
     GAS,
     GLOBAL_BATCH,
@@ -39,15 +38,13 @@ from tests.accelerate_core.scripts.checkpoint_task import (
 )
 from tests.accelerate_core.shared_launch import LaunchPart, Scenario
 from tests.distributed_helpers import REPO_ROOT
+from tests.run_if import run_if
 
 pytestmark = [
     pytest.mark.deepspeed,
     pytest.mark.ddp,
     pytest.mark.slow,
-    pytest.mark.skipif(
-        not is_deepspeed_available(),
-        reason="deepspeed is not installed (pip install deepspeed) - DeepSpeed tests skipped",
-    ),
+    run_if(deepspeed=True, why="DeepSpeed tests skipped"),
 ]
 
 # resumed run -> the uninterrupted run it must continue (same strategy and world size where

@@ -23,17 +23,16 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.conftest import Mission, mission_records, mission_scenario
 from tests.accelerate_core.scripts.plain_reference import train_reference
 from tests.accelerate_core.scripts.task import TaskConfig
 from tests.accelerate_core.shared_launch import LaunchPart
+from tests.run_if import run_if
 
 pytestmark = [
     pytest.mark.deepspeed,
     pytest.mark.slow,
-    pytest.mark.skipif(not is_deepspeed_available(),
-                       reason="deepspeed is not installed (pip install deepspeed) - DeepSpeed tests skipped"),
+    run_if(deepspeed=True, why="DeepSpeed tests skipped"),
 ]
 
 OVERFLOW_STEP = 3

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from accelerate_core.imports import is_deepspeed_available
 from accelerate_core.strategies.deepspeed_noise import (
     KNOWN_FUTURE_WARNINGS,
     KNOWN_STDOUT_LINES,
@@ -21,6 +20,7 @@ from accelerate_core.strategies.deepspeed_noise import (
     show_known_warnings_once,
 )
 from tests.accelerate_core.commands.cli_helpers import REPO_ROOT, cli_environ, describe, run_cli
+from tests.run_if import run_if
 
 SCRIPT = REPO_ROOT / "tests" / "accelerate_core" / "scripts" / "zero3_noise.py"
 WORLD = 2
@@ -83,7 +83,7 @@ def test_the_known_stdout_line_is_printed_by_the_main_process_only(
 
 @pytest.mark.deepspeed
 @pytest.mark.slow
-@pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed")
+@run_if(deepspeed=True)
 def test_zero3_bf16_launch_shows_known_noise_once_and_the_users_own_output(tmp_path: Path) -> None:
     result = run_cli(["launch", "--cpu", "--num-processes", str(WORLD), "--backend", "deepspeed",
                       "--zero-stage", "3", "--mixed-precision", "bf16", str(SCRIPT)],

@@ -25,15 +25,14 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.scripts.deepspeed_reconcile import make, plain_reference
 from tests.accelerate_core.shared_launch import LaunchPart, Scenario
+from tests.run_if import run_if
 
 pytestmark = [
     pytest.mark.deepspeed,
     pytest.mark.slow,
-    pytest.mark.skipif(not is_deepspeed_available(),
-                       reason="deepspeed is not installed (pip install deepspeed) - DeepSpeed tests skipped"),
+    run_if(deepspeed=True, why="DeepSpeed tests skipped"),
 ]
 
 CHECKS = ["rootparam:3", "buffer:2:bf16", "buffer:3:bf16", "scalar:1", "scalar:2", "scalar:3",

@@ -32,7 +32,6 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.scripts.deepspeed_checks import (
     CLIP,
     EPOCHS,
@@ -41,14 +40,14 @@ from tests.accelerate_core.scripts.deepspeed_checks import (
     plain_reference,
 )
 from tests.accelerate_core.shared_launch import LaunchPart, Scenario
-from tests.cpu_paths import NATIVE_FP16_HERE, NO_NATIVE_FP16_REASON, WITHOUT_NATIVE_FP16
+from tests.cpu_paths import NATIVE_FP16_HERE, WITHOUT_NATIVE_FP16
 from tests.distributed_helpers import run_distributed
+from tests.run_if import run_if
 
 pytestmark = [
     pytest.mark.deepspeed,
     pytest.mark.slow,
-    pytest.mark.skipif(not is_deepspeed_available(),
-                       reason="deepspeed is not installed (pip install deepspeed) - DeepSpeed tests skipped"),
+    run_if(deepspeed=True, why="DeepSpeed tests skipped"),
 ]
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "deepspeed_checks.py"
@@ -188,7 +187,8 @@ def _assert_fp16_skips_the_injected_overflow(record: dict[str, Any]) -> None:
 
 
 @pytest.mark.fp16
-@pytest.mark.skipif(not NATIVE_FP16_HERE, reason=NO_NATIVE_FP16_REASON)
+@pytest.mark.numerics
+@run_if(native_fp16=True)
 @pytest.mark.parametrize("stage", STAGES)
 def test_fp16_native_path_reports_injected_overflow_and_skips_the_step(two_ranks: Path, stage: int) -> None:
     record = load(two_ranks, f"fp16:{stage}")
@@ -197,6 +197,7 @@ def test_fp16_native_path_reports_injected_overflow_and_skips_the_step(two_ranks
 
 
 @pytest.mark.fp16
+@pytest.mark.numerics
 @pytest.mark.parametrize("stage", STAGES)
 def test_fp16_emulation_path_reports_injected_overflow_and_skips_the_step(
     two_ranks_without_native_fp16: Path, stage: int
@@ -309,6 +310,7 @@ def test_wrong_prepare_calls_are_explained(two_ranks: Path) -> None:
 
 
 @pytest.mark.fp16
+@pytest.mark.numerics
 def test_fp16_without_opt_in_is_a_specific_error(two_ranks_without_native_fp16: Path) -> None:
     record = load(two_ranks_without_native_fp16, "fp16_refused")
     assert record["native"] is False  # path: no native fp16 (this CPU's, or oneDNN capped below it)

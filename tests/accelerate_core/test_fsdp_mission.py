@@ -37,6 +37,7 @@ from tests.accelerate_core.scripts.checkpoint_task import (
 from tests.accelerate_core.scripts.plain_reference import train_reference
 from tests.accelerate_core.scripts.task import Classifier, TaskConfig
 from tests.accelerate_core.shared_launch import LaunchPart, Scenario
+from tests.run_if import run_if
 
 # FSDP is part of torch and its outcome does not depend on deepspeed being installed (only the
 # ZeRO-3 pair needs it), so tests(deepspeed) runs these once; the deepspeed-absent environment
@@ -386,14 +387,14 @@ def test_checkpoint_resumes_across_fsdp_and_ddp(grid: dict[str, dict[str, Any]],
 
 @pytest.mark.deepspeed
 @pytest.mark.resume
-@pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed - ZeRO-3 pairs skipped")
+@run_if(deepspeed=True, why="ZeRO-3 pairs skipped")
 @pytest.mark.parametrize("resumed", sorted(ZERO3_PAIRS))
 def test_checkpoint_resumes_across_fsdp_and_zero3(grid: dict[str, dict[str, Any]], resumed: str) -> None:
     _continues(grid[resumed], grid[ZERO3_PAIRS[resumed]])
 
 
 @pytest.mark.deepspeed
-@pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed - ZeRO-3 runs skipped")
+@run_if(deepspeed=True, why="ZeRO-3 runs skipped")
 def test_zero3_after_fsdp_in_the_same_launch_is_unaffected(grid: dict[str, dict[str, Any]]) -> None:
     assert grid["zero3_full"]["strategy"] == "zero3"
     assert_close(torch.tensor(grid["zero3_full"]["losses"]), torch.tensor(grid["single_full"]["losses"]))

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from accelerate_core.imports import DEEPSPEED_INSTALL_HINT, is_deepspeed_available
+from accelerate_core.imports import DEEPSPEED_INSTALL_HINT
+from tests.run_if import run_if
 
 # Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
 pytestmark = pytest.mark.nodeepspeed
@@ -94,8 +95,7 @@ def test_without_deepspeed_the_core_works_and_asking_for_it_names_the_install(tm
 
 
 @pytest.mark.deepspeed
-@pytest.mark.skipif(not is_deepspeed_available(),
-                    reason="deepspeed is not installed (pip install deepspeed) - nothing to keep unimported")
+@run_if(deepspeed=True, why="nothing to keep unimported")
 def test_with_deepspeed_it_is_imported_only_when_a_deepspeed_strategy_is_used() -> None:
     result = _run_child(WALK_AND_ASK, [REPO_ROOT], no_site=False)
     assert result["available"] is True

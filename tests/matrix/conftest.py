@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from harness.run.runner import launch_group_key
-from tests.matrix.session import MatrixSession, cell_of
+from tests.matrix.session import MatrixSession, MatrixSettings, cell_of
 
 _SESSION: MatrixSession | None = None
 
@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def matrix_session(request: pytest.FixtureRequest) -> Iterator[MatrixSession]:
     """One per pytest process; `session.items` is the selection after -k / -m deselection."""
     global _SESSION
-    _SESSION = MatrixSession(request.session.items)
+    _SESSION = MatrixSession(request.session.items, MatrixSettings.of(request.config))
     yield _SESSION
 
 

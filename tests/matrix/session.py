@@ -7,12 +7,9 @@ worker to reach a group runs it and the others read its results (a lock and a fi
 so a group is launched once whatever the --dist mode. Items also carry `xdist_group` marks
 named by launch group, for when xdist's grouping works again (see _run_group).
 
-Settings come from environment variables (they reach xdist workers unchanged):
-  MATRIX_ENV         the matrix.toml environment this run is in (default: deepspeed if it is
-                     installed, else nodeepspeed)
-  MATRIX_REPORT_DIR  where reports go (default: reports/pytest/<env>)
-  MATRIX_TIMEOUT     per-cell timeout in seconds (default 120)
-  MATRIX_FILE        another matrix file (default matrix/matrix.toml)
+Settings: pytest options --matrix-env, --matrix-report-dir, --matrix-timeout, --matrix-file, each
+with an environment variable as the fallback (MATRIX_ENV, ...; the option wins): see
+tests/matrix/options.py.
 """
 
 from __future__ import annotations
@@ -26,29 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from accelerate_core.imports import is_deepspeed_available
 from harness.atomic_files import write_text_atomic
 from harness.report import environment_info, write_reports
 from harness.run.runner import RunInterrupted, RunOptions, launch_group_key, run_cells
 from harness.spec.cell import Cell
 from harness.spec.matrix import load_matrix
 from harness.truth.outcome import CellResult
+from tests.matrix.options import REPO_ROOT, MatrixSettings
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def env_name() -> str:
-    return os.environ.get("MATRIX_ENV") or ("deepspeed" if is_deepspeed_available() else "nodeepspeed")
-
-
-def matrix_file() -> Path | None:
-    configured = os.environ.get("MATRIX_FILE")
-    return Path(configured) if configured else None
-
-
-def report_dir() -> Path:
-    configured = os.environ.get("MATRIX_REPORT_DIR")
-    return Path(configured) if configured else REPO_ROOT / "reports" / "pytest" / env_name()
+__all__ = ["REPO_ROOT", "MatrixSession", "MatrixSettings", "cell_of"]
 
 
 def cell_of(item: pytest.Item) -> Cell | None:
@@ -60,10 +43,12 @@ def cell_of(item: pytest.Item) -> Cell | None:
 class MatrixSession:
     """Results of the cells run in this pytest process, filled one launch group at a time."""
 
-    def __init__(self, items: Iterable[pytest.Item]) -> None:
+    def __init__(self, items: Iterable[pytest.Item], settings: MatrixSettings | None = None) -> None:
+        """`settings`: the pytest run's (its options); None: the environment variables and defaults."""
         self.items = list(items)
+        self.settings = settings or MatrixSettings.of()
         self.results: dict[str, CellResult] = {}
-        self.matrix = load_matrix(matrix_file())
+        self.matrix = load_matrix(self.settings.file)
         self.order = {cell.id: i for i, cell in enumerate(self.matrix.all_cells())}
 
     def result_for(self, cell: Cell) -> CellResult:
@@ -85,7 +70,7 @@ class MatrixSession:
         # `item._nodeid`, which pytest 9.2 no longer reads). So the first worker to reach a
         # group runs it for everyone (every worker collects the same selection), and the others
         # wait on the group's lock and read its results: one launch per group whatever --dist.
-        shared = report_dir() / "work" / "runs" / run_id
+        shared = self.settings.report_dir / "work" / "runs" / run_id
         shared.mkdir(parents=True, exist_ok=True)
         done = shared / f"{key}.json"
         with (shared / f"{key}.lock").open("w") as lock:
@@ -98,8 +83,8 @@ class MatrixSession:
     def _launch(self, cells: list[Cell]) -> list[CellResult]:
         options = RunOptions(
             report_dir=self._work_dir(),
-            timeout_s=float(os.environ.get("MATRIX_TIMEOUT", "120")),
-            env_name=env_name(),
+            timeout_s=self.settings.timeout_s,
+            env_name=self.settings.env,
             matrix=self.matrix,
         )
         try:
@@ -111,17 +96,17 @@ class MatrixSession:
     def _work_dir(self) -> Path:
         # Records of each xdist worker in their own folder: two launches never share files.
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        return report_dir() / "work" / worker
+        return self.settings.report_dir / "work" / worker
 
     def write_reports(self) -> Path | None:
         """Write this process's results; under xdist, merge every worker's part of this run."""
         if not self.results:
             return None
-        target = report_dir()
+        target = self.settings.report_dir
         results = sorted(self.results.values(), key=lambda r: self.order.get(r.id, len(self.order)))
         run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
         if run_id is None:
-            write_reports(results, environment_info(env_name()), target)
+            write_reports(results, environment_info(self.settings.env), target)
             return target
         parts = target / "parts" / run_id
         parts.mkdir(parents=True, exist_ok=True)
@@ -134,7 +119,7 @@ class MatrixSession:
             for part in sorted(parts.glob("*.json")):
                 merged.update({d["id"]: CellResult.from_json(d) for d in json.loads(part.read_text())})
             ordered = sorted(merged.values(), key=lambda r: self.order.get(r.id, len(self.order)))
-            write_reports(ordered, environment_info(env_name()), target)
+            write_reports(ordered, environment_info(self.settings.env), target)
             for folder in (target / "parts", target / "work" / "runs"):  # earlier runs' leftovers
                 for old in folder.iterdir() if folder.is_dir() else []:
                     if old.name != run_id:

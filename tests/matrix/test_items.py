@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
+from accelerate_core.imports import is_deepspeed_available
 from harness.spec.cell import Cell
 from harness.spec.matrix import load_matrix
 from harness.truth.outcome import CellResult, Status
 from tests.matrix import session as session_module
-from tests.matrix.session import REPO_ROOT, MatrixSession
+from tests.matrix.session import REPO_ROOT, MatrixSession, MatrixSettings
 
 
 @pytest.fixture
@@ -38,8 +39,8 @@ def matrix_copy(tmp_path: Path) -> Path:
     return path
 
 
-# Modules a collection of the matrix items imports and that read MATRIX_FILE or keep state
-# (test_matrix's parameters, conftest's session): imported afresh for each collection.
+# Modules a collection of the matrix items imports and that keep state (conftest's session; test
+# matrix's parameters come from each run's settings): imported afresh for each collection.
 _FRESH_MODULES = ("tests.matrix.test_matrix", "tests.matrix.conftest")
 
 
@@ -56,27 +57,46 @@ def _fresh_imports(names: tuple[str, ...]) -> Iterator[None]:
 
 
 class _Selected:
-    """A pytest plugin: the node ids of the items left after -m / -k deselection."""
+    """A pytest plugin: the node ids of the items left after -m / -k deselection, and the matrix
+    settings that run resolved."""
 
     def __init__(self) -> None:
         self.node_ids: list[str] = []
+        self.settings: MatrixSettings | None = None
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.node_ids = [item.nodeid for item in session.items]
+        self.settings = MatrixSettings.of(session.config)
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], environ: dict[str, str],
+         *args: str, expect: pytest.ExitCode = pytest.ExitCode.OK) -> tuple[_Selected, str]:
+    """pytest on tests/matrix/test_matrix.py with `args`, these MATRIX_* variables set (and the
+    others unset), in this process: the plugin that saw the selection, and the output."""
+    selected = _Selected()
+    with monkeypatch.context() as patch, _fresh_imports(_FRESH_MODULES):
+        for variable in ("MATRIX_ENV", "MATRIX_REPORT_DIR", "MATRIX_TIMEOUT", "MATRIX_FILE"):
+            patch.delenv(variable, raising=False)
+        for variable, value in environ.items():
+            patch.setenv(variable, value)
+        patch.chdir(REPO_ROOT)
+        exit_code = pytest.main(["tests/matrix/test_matrix.py", "-q", "-p", "no:cacheprovider", *args],
+                                plugins=[selected])
+    output = capsys.readouterr()
+    text = f"{output.out[-4000:]}\n{output.err[-4000:]}"
+    assert exit_code == expect, f"exit {exit_code!r}\n{text}"
+    return selected, text
 
 
 def _collect(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], matrix_file: Path,
              *args: str) -> list[str]:
     """The cell ids pytest collects from tests/matrix/test_matrix.py with `args`, `matrix_file` as
-    the matrix (its real collection and deselection, in this process)."""
-    selected = _Selected()
-    with monkeypatch.context() as patch, _fresh_imports(_FRESH_MODULES):
-        patch.setenv("MATRIX_FILE", str(matrix_file))
-        patch.chdir(REPO_ROOT)
-        command = ["tests/matrix/test_matrix.py", "--collect-only", "-q", "-p", "no:cacheprovider", *args]
-        exit_code = pytest.main(command, plugins=[selected])
-    output = capsys.readouterr()
-    assert exit_code == pytest.ExitCode.OK, f"exit {exit_code!r}\n{output.out[-4000:]}\n{output.err[-4000:]}"
+    the matrix through MATRIX_FILE (its real collection and deselection, in this process)."""
+    selected, _ = _run(monkeypatch, capsys, {"MATRIX_FILE": str(matrix_file)}, "--collect-only", *args)
+    return _cell_ids(selected)
+
+
+def _cell_ids(selected: _Selected) -> list[str]:
     return [node.split("[", 1)[1].rstrip("]") for node in selected.node_ids if "::test_cell[" in node]
 
 
@@ -160,3 +180,65 @@ def test_workers_share_one_run_per_group(
         worker.write_reports()
     report = json.loads((tmp_path / "reports" / "report.json").read_text())
     assert [c["id"] for c in report["cells"]] == [c.id for c in selected]
+
+
+def test_the_options_win_over_the_environment_variables(
+    matrix_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MATRIX_FILE names a one-task matrix, --matrix-file the two-task one: the option's cells are
+    collected, and every other option beats its variable too."""
+    one_task = tmp_path / "one" / "matrix.toml"
+    one_task.parent.mkdir()
+    one_task.write_text(re.sub(r'(?m)^task = .*$', 'task = ["regression"]', matrix_copy.read_text(), count=1))
+    environ = {"MATRIX_FILE": str(one_task), "MATRIX_ENV": "deepspeed", "MATRIX_TIMEOUT": "5",
+               "MATRIX_REPORT_DIR": str(tmp_path / "from-env")}
+    by_env, _ = _run(monkeypatch, capsys, environ, "--collect-only")
+    assert _cell_ids(by_env) == [c.id for c in load_matrix(one_task).cells]
+    assert by_env.settings == MatrixSettings(env="deepspeed", report_dir=tmp_path / "from-env", timeout_s=5.0,
+                                             file=one_task)
+    by_option, _ = _run(monkeypatch, capsys, environ, "--collect-only", "--matrix-file", str(matrix_copy),
+                        "--matrix-env", "nodeepspeed", "--matrix-timeout", "7.5",
+                        "--matrix-report-dir", str(tmp_path / "from-option"))
+    assert _cell_ids(by_option) == [c.id for c in load_matrix(matrix_copy).cells]
+    assert by_option.settings == MatrixSettings(env="nodeepspeed", report_dir=tmp_path / "from-option",
+                                                timeout_s=7.5, file=matrix_copy)
+
+
+def test_neither_given_the_defaults_hold(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    selected, _ = _run(monkeypatch, capsys, {}, "--collect-only")
+    env = "deepspeed" if is_deepspeed_available() else "nodeepspeed"
+    assert selected.settings == MatrixSettings(env=env, report_dir=REPO_ROOT / "reports" / "pytest" / env,
+                                               timeout_s=120.0, file=None)
+    assert _cell_ids(selected) == [c.id for c in load_matrix().cells]
+
+
+@pytest.mark.parametrize("given", [("--matrix-timeout", "soon"), ("MATRIX_TIMEOUT", "-3")])
+def test_a_timeout_that_is_not_a_positive_number_is_a_usage_error(
+    given: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, value = given
+    args = [name, value] if name.startswith("--") else []
+    environ = {} if args else {name: value}
+    _, output = _run(monkeypatch, capsys, environ, "--collect-only", *args,
+                     expect=pytest.ExitCode.USAGE_ERROR)
+    assert f"--matrix-timeout / MATRIX_TIMEOUT: {value!r} is not a number of seconds" in output
+    assert "Fix: --matrix-timeout 300" in output
+
+
+@pytest.mark.slow
+def test_a_real_cell_runs_in_the_environment_and_reports_where_the_options_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One real cell, launched by the items: the report goes to --matrix-report-dir, not to
+    MATRIX_REPORT_DIR, and names the --matrix-env environment."""
+    environ = {"MATRIX_REPORT_DIR": str(tmp_path / "from-env"), "MATRIX_ENV": "deepspeed"}
+    selected, output = _run(monkeypatch, capsys, environ, "-k", "regression-cpu1-single-fp32", "--matrix-env",
+                            "nodeepspeed", "--matrix-report-dir", str(tmp_path / "from-option"))
+    assert _cell_ids(selected) == ["regression-cpu1-single-fp32"]
+    assert "1 passed" in output
+    report = json.loads((tmp_path / "from-option" / "report.json").read_text())
+    assert [c["id"] for c in report["cells"]] == ["regression-cpu1-single-fp32"]
+    assert report["environment"]["name"] == "nodeepspeed"
+    assert not (tmp_path / "from-env").exists()

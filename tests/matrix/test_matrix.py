@@ -8,38 +8,33 @@ Canary cells (opt-in, they break on purpose) are not items; run them with `pytho
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from harness.report.text import failure_text
-from harness.spec.cell import CORE, Cell
+from harness.spec.cell import Cell
 from harness.spec.matrix import load_matrix
 from harness.truth.outcome import Status
-from tests.matrix.session import MatrixSession, matrix_file
+from tests.matrix.session import MatrixSession, MatrixSettings
 
 # Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens); the cells
 # of the environment without deepspeed are its own (tests(nodeepspeed) runs them).
 pytestmark = [pytest.mark.goldens, pytest.mark.nodeepspeed]
 
 
-def _implementations() -> set[str]:
-    """The core's cells by default, as `python -m harness run`; MATRIX_IMPLEMENTATION=accelerate
-    (or a comma-separated list, or "all") for another implementation's (docs/implementations.md)."""
-    asked = os.environ.get("MATRIX_IMPLEMENTATION", CORE)
-    return {"all"} if asked == "all" else set(asked.split(","))
-
-
-def _params() -> list[object]:
-    wanted = _implementations()
+def _params(settings: MatrixSettings) -> list[object]:
     return [
         pytest.param(cell, id=cell.id, marks=[getattr(pytest.mark, name) for name in cell.markers])
-        for cell in load_matrix(matrix_file()).cells
-        if "all" in wanted or cell.implementation in wanted
+        for cell in load_matrix(settings.file).cells
+        if "all" in settings.implementations or cell.implementation in settings.implementations
     ]
 
 
-@pytest.mark.parametrize("cell", _params())
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One item per cell of the run's matrix (--matrix-file, else MATRIX_FILE, else the default)."""
+    if "cell" in metafunc.fixturenames:
+        metafunc.parametrize("cell", _params(MatrixSettings.of(metafunc.config)))
+
+
 def test_cell(cell: Cell, matrix_session: MatrixSession) -> None:
     result = matrix_session.result_for(cell)
     status = Status(result.status)

@@ -69,6 +69,7 @@ def test_help_texts_name_every_command_and_flag() -> None:
     assert bare.returncode == 2 and "launch" in bare.stderr
 
 
+@pytest.mark.numerics
 def test_env_names_what_decides_numerics_here(tmp_path: Path) -> None:
     # Checked against what torch and the OS say in this process, not against a fixed machine;
     # a capped oneDNN (as on a CPU without it) must read "no native fp16" and "refused".

@@ -11,7 +11,6 @@ import contextlib
 import json
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.accelerate_core.commands.cli_helpers import CLI, REPO_ROOT, SCRIPTS, cli_environ, describe, run_cli
+from tests.run_if import run_if
 
 psutil = pytest.importorskip("psutil")
 
@@ -207,10 +207,9 @@ def test_one_process_run_is_stopped_by_sigint_too(tmp_path: Path) -> None:
 
 @pytest.mark.ddp
 @pytest.mark.slow
+@run_if(linux=True, why="parent-death signals are Linux-only")
 def test_a_launcher_killed_outright_still_takes_every_rank_down(tmp_path: Path) -> None:
     # SIGKILL cannot be handled: the launcher armed torchrun with a parent-death signal (Linux).
-    if not sys.platform.startswith("linux"):
-        pytest.skip("parent-death signals are Linux-only")
     marker = uuid.uuid4().hex
     env = cli_environ(tmp_path / "cfg", {"H3_RUN_MARKER": marker})
     launcher = subprocess.Popen(

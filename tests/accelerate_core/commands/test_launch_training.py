@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.commands.cli_helpers import (
     SCRIPTS,
     cli_environ,
@@ -21,6 +20,7 @@ from tests.accelerate_core.commands.cli_helpers import (
     run_cli,
     run_cli_in_process,
 )
+from tests.run_if import run_if
 
 sys.path.insert(0, str(SCRIPTS))
 import mission_parts  # lives beside the script it serves
@@ -64,7 +64,7 @@ def test_mission_loop_under_ddp_matches_plain_pytorch(tmp_path: Path) -> None:
 
 @pytest.mark.deepspeed
 @pytest.mark.slow
-@pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed")
+@run_if(deepspeed=True)
 def test_mission_loop_under_deepspeed_zero2_matches_plain_pytorch(tmp_path: Path) -> None:
     produced = launch_mission(tmp_path, ["--backend", "deepspeed", "--zero-stage", "2"])
     resolved = (produced["num_processes"], produced["backend"], produced["strategy"])

@@ -8,9 +8,9 @@ from subprocess import CompletedProcess
 
 import pytest
 
-from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.commands.cli_helpers import SCRIPTS, cli_environ, describe, run_cli
 from tests.deepspeed_absent import environ_without_deepspeed
+from tests.run_if import run_if
 
 # Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
 pytestmark = pytest.mark.nodeepspeed
@@ -84,7 +84,7 @@ def test_deepspeed_requested_without_deepspeed_installed(tmp_path: Path) -> None
 
 # The file asks for DeepSpeed, and launch validates that before it starts anything.
 @pytest.mark.deepspeed
-@pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed")
+@run_if(deepspeed=True)
 def test_flags_override_the_config_file_and_underscores_are_accepted(tmp_path: Path) -> None:
     config = ("version: 1\nbackend: deepspeed\ncpu: true\nnum_processes: 4\nmixed_precision: bf16\n"
               "zero_stage: 3\noffload_param_device: cpu\ngradient_accumulation_steps: 2\n")

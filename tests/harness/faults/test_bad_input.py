@@ -34,6 +34,7 @@ from tests.harness.runner_helpers import (
     run_in_process,
     write_matrix,
 )
+from tests.run_if import run_if
 
 EXIT_USAGE = 2
 
@@ -54,6 +55,26 @@ def test_invalid_toml(tmp_path: Path) -> None:
     done = run_harness_in_process("list", "--matrix", str(bad))
     assert done.returncode == EXIT_USAGE
     assert_explained(done, "not valid TOML", "line")
+
+
+@pytest.mark.parametrize(("text", "command", "fragments"), [
+    ("", "list", ["it has no [axes] table", "a task axis in [axes]", "regression", "harness init DIR"]),
+    ("# nothing yet\n", "run", ["it has no [axes] table", "[[shapes]]"]),
+    ('[axes]\ndevice = ["cpu"]\n\n[[shapes]]\ndevice = "cpu"\nprocesses = 1\nstrategies = ["single"]\n',
+     "run", ["its [axes] table has no task axis", "tasks = ['mypkg.tasks']", "add a task axis"]),
+    ('[axes]\ntask = ["regression"]\n', "list",
+     ["it has no [[shapes]] entries", "device = 'cpu', processes = 1", "add [[shapes]] entries"]),
+], ids=["empty", "comment-only", "no-task-axis", "no-shapes"])
+def test_a_matrix_without_tasks_or_shapes_says_what_is_missing(
+        tmp_path: Path, text: str, command: str, fragments: list[str]) -> None:
+    """Not "selection (none): it matches no cell": the part of the file that is missing."""
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(text)
+    args = ["--report-dir", str(tmp_path / "report")] if command == "run" else []
+    done = run_harness_in_process(command, "--matrix", str(matrix), *args)
+    assert done.returncode == EXIT_USAGE
+    assert_explained(done, f"matrix file '{matrix}'", *fragments)
+    assert "matches no cell" not in done.stderr + done.stdout
 
 
 def test_unknown_axis_value(tmp_path: Path) -> None:
@@ -129,6 +150,7 @@ def test_compare_records_without_records(tmp_path: Path) -> None:
 
 
 @pytest.mark.nodeepspeed
+@pytest.mark.numerics
 def test_fp16_deepspeed_on_cpu_without_emulation_is_skipped_with_the_reason(tmp_path: Path) -> None:
     # A CPU without native fp16: this one's, or this one with oneDNN capped below it.
     matrix = SMALL_MATRIX.replace('strategy = ["single", "ddp"]', 'strategy = ["zero1"]')
@@ -274,7 +296,8 @@ print("prepared")
 
 
 @pytest.mark.deepspeed
-@pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed")
+@pytest.mark.numerics
+@run_if(deepspeed=True)
 def test_fp16_deepspeed_on_cpu_without_emulation_is_refused_by_the_core(tmp_path: Path) -> None:
     # A CPU without native fp16: this one's, or this one with oneDNN capped below it.
     (tmp_path / "s.py").write_text(FP16_SCRIPT)

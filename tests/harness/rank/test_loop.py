@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from accelerate_core import is_deepspeed_available
 from harness.rank.loop import train_task
 from harness.spec.matrix import load_matrix
 from harness.tasks import get_task
@@ -33,6 +32,7 @@ from harness.truth.compare import compare_record, diagnose
 from harness.truth.golden import load_golden
 from harness.truth.record import Record
 from tests.distributed_helpers import run_distributed
+from tests.run_if import run_if
 
 # Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
 pytestmark = pytest.mark.goldens
@@ -104,7 +104,7 @@ def test_cells_in_one_process_do_not_leak_into_each_other(single_records: dict[s
 
 
 @pytest.mark.deepspeed
-@pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed")
+@run_if(deepspeed=True)
 def test_the_deepspeed_failures_the_harness_found_are_still_there(tmp_path: Path) -> None:
     """The DeepSpeed behaviours the core reconciles (harness/versions/behaviours.py), reproduced
     with DeepSpeed alone, no core, by the version probe's own rank program:

@@ -9,33 +9,21 @@ grid (40 columns) would run past the window's right edge; folded, it fits.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
-import pytest
 
 from harness.report import write_reports
 from harness.report.html_parts import COLOUR, FOLD_BACKGROUND, NEAR_MISS_BACKGROUND, NEAR_MISS_EDGE
 from harness.truth.outcome import Status
-from tests.distributed_helpers import REPO_ROOT
 from tests.harness.report.full_matrix import ENVIRONMENT, TASKS, full_matrix
 from tests.harness.report.png import read_png
+from tests.run_if import run_if, screenshot_script
 
 WIDTH, HEIGHT = 1000, 900
 MARGIN = 16  # the body's right margin is 24 px (1.5em): nothing may be drawn in its last 16
 ROW_PX = 20  # a grid row is a 22 px square and its border
-
-
-def _screenshot_script() -> ModuleType:
-    path = REPO_ROOT / "benchmarks" / "screenshot_report.py"
-    spec = importlib.util.spec_from_file_location("screenshot_report", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _rgb(colour: str) -> np.ndarray:
@@ -54,11 +42,9 @@ def _has_text(image: np.ndarray, box: tuple[int, int, int, int]) -> bool:
     return bool((image[top : bottom + 1, left : right + 1].max(axis=2) < 128).sum() > 30)
 
 
+@run_if(chromium=True)
 def test_report_html_renders_the_folded_grid_and_the_near_misses_within_the_window(tmp_path: Path) -> None:
-    script = _screenshot_script()
-    if script.find_browser(None) is None:
-        pytest.skip(f"no headless Chromium on PATH (tried {', '.join(script.BROWSERS)}): "
-                    "`apt-get install -y chromium` to run this test")
+    script = screenshot_script()
     write_reports(full_matrix(), ENVIRONMENT, tmp_path / "report")
     started = time.monotonic()
     png = tmp_path / "page.png"

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from accelerate_core.imports import is_deepspeed_available
 from harness.report import environment_info, write_reports
 from harness.run.runner import RunOptions, run_cells
 from harness.spec.cell import Cell, ResumeCell
@@ -20,9 +19,10 @@ from harness.truth.golden import load_golden
 from harness.truth.outcome import CellResult, Failure, Status
 from harness.truth.record import Record
 from harness.truth.resume import judge_resume
+from tests.run_if import run_if
 
 pytestmark = [pytest.mark.goldens, pytest.mark.deepspeed, pytest.mark.slow,
-              pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed")]
+              run_if(deepspeed=True)]
 
 # Every cell on the 2-process shape: one source launch, one destination launch. Cross-backend
 # both ways (ZeRO-3 -> DDP, DDP -> ZeRO-1), AdamW + scheduler + accumulation mid-epoch

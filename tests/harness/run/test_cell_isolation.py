@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from accelerate_core.imports import is_deepspeed_available
 from harness.run.runner import RunOptions, run_cells
 from harness.spec.cell import Cell
 from harness.truth.outcome import Status
+from tests.run_if import run_if
 
 # One target per launch shape, and before it one cell of every other kind of that shape.
 TARGETS = {
@@ -32,7 +32,7 @@ TARGETS = {
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not is_deepspeed_available(), reason="the cpu2 cells before the target run ZeRO"),
+    run_if(deepspeed=True, why="the cpu2 cells before the target run ZeRO"),
 ]
 
 

@@ -20,6 +20,7 @@ from accelerate_core.imports import is_deepspeed_available
 from harness.sensitivity.bug import AREAS, Bug, CatalogError, core_source, patched_copy
 from harness.sensitivity.catalog import CATALOG, FAST, by_name
 from harness.sensitivity.trial import Control, control_run, try_bug
+from tests.run_if import run_if
 
 
 def test_the_catalog_has_twenty_realistic_bugs_covering_every_area() -> None:
@@ -42,10 +43,33 @@ def test_a_patch_that_no_longer_applies_is_a_catalog_error_never_a_catch(tmp_pat
     stale = Bug(name="stale", area="checkpoint", file="ops.py", search="text the core never had",
                 replace="x", select="regression-cpu1-single-fp32",
                 imitates="a patch written against old code")
-    with pytest.raises(CatalogError, match=r"no longer occurs in accelerate_core/ops\.py"):
+    with pytest.raises(CatalogError) as raised:
         patched_copy(stale, tmp_path)
+    # The entry, the string that no longer matches, and the file it was looked for in.
+    assert str(raised.value).startswith(
+        "stale: the patch's search text 'text the core never had' no longer occurs in accelerate_core/ops.py")
     trial = try_bug(stale, timeout_s=60, control=Control({}, 0.0))
     assert trial.verdict == "catalog_error" and "no longer occurs" in trial.detail
+    assert "'text the core never had'" in trial.detail
+
+
+def test_a_patch_whose_search_text_occurs_twice_is_a_catalog_error_naming_a_long_string_cut(
+        tmp_path: Path) -> None:
+    """`import ` occurs several times in ops.py: the patch would be ambiguous."""
+    long_search = "from __future__ import annotations\n" + "x" * 200
+    twice = Bug(name="twice", area="checkpoint", file="ops.py", search="import ",
+                replace="x", select="regression-cpu1-single-fp32", imitates="an ambiguous patch")
+    count = (core_source() / "ops.py").read_text(encoding="utf-8").count("import ")
+    assert count > 1
+    ambiguous = rf"search text 'import ' occurs {count} times in accelerate_core/ops\.py"
+    with pytest.raises(CatalogError, match=ambiguous):
+        patched_copy(twice, tmp_path)
+    long_one = Bug(name="long", area="checkpoint", file="ops.py", search=long_search, replace="x",
+                   select="regression-cpu1-single-fp32", imitates="a patch written against old code")
+    with pytest.raises(CatalogError) as raised:
+        patched_copy(long_one, tmp_path)
+    cut = repr(long_search)[:120] + "...'"
+    assert f"search text {cut} no longer occurs in accelerate_core/ops.py" in str(raised.value)
 
 
 def test_the_repository_core_is_never_patched(tmp_path: Path) -> None:
@@ -87,8 +111,7 @@ _EVIDENCE = {
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(name, marks=[pytest.mark.deepspeed, pytest.mark.skipif(
-        not is_deepspeed_available(), reason="deepspeed is not installed")]) if name in _NEEDS_DEEPSPEED
+    [pytest.param(name, marks=[pytest.mark.deepspeed, run_if(deepspeed=True)]) if name in _NEEDS_DEEPSPEED
      else name for name in FAST],
 )
 def test_the_fast_subset_is_caught(name: str, control: Control) -> None:

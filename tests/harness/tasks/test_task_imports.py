@@ -4,6 +4,9 @@ No launch: the end-to-end run of such a package is tests/harness/cli/test_user_t
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 import uuid
 from pathlib import Path
@@ -15,6 +18,7 @@ from harness.spec.matrix import load_matrix
 from harness.starter import tolerances_text
 from harness.tasks import get_task, import_tasks
 from harness.tasks.registry import TaskImportError, import_paths_of, is_builtin
+from tests.distributed_helpers import REPO_ROOT
 
 TASK_MODULE = '''
 from dataclasses import dataclass
@@ -153,3 +157,45 @@ def test_a_module_that_registers_its_tasks_brings_exactly_those(tmp_path: Path,
         """)
     assert import_tasks([f"{package}.tasks"]) == [f"{name}_fast", f"{name}_slow"]
     assert get_task(f"{name}_fast").lr == 0.5
+
+
+@pytest.mark.parametrize(("extra", "raising", "last_line"), [
+    ("raise RuntimeError('the settings file is missing')", "raise RuntimeError",
+     "RuntimeError: the settings file is missing"),
+    ("import nosuchdep_7c1", "import nosuchdep_7c1", "ModuleNotFoundError: No module named 'nosuchdep_7c1'"),
+    ("def broken(:\n    pass", "def broken(:", "SyntaxError: "),
+], ids=["raises", "missing-dependency", "syntax-error"])
+def test_a_task_module_that_raises_on_import_is_a_clear_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str, raising: str, last_line: str) -> None:
+    """What was given, why it is wrong (the exception's last line, the file and line that raised),
+    and the fix: not the import machinery's traceback."""
+    package, _ = _package(tmp_path, monkeypatch, extra=extra)
+    module = tmp_path / "repo" / package / "tasks.py"
+    line = 1 + next(i for i, text in enumerate(module.read_text().splitlines()) if text.startswith(raising))
+    body = f'tasks = ["{package}.tasks"]\n' + MATRIX_BODY.replace("task = {tasks}\n", "")
+    with pytest.raises(MatrixError) as raised:
+        load_matrix(write_matrix(tmp_path, body))
+    message = str(raised.value)
+    assert message.startswith(f"matrix.toml: task import path '{package}.tasks': importing module "
+                              f"'{package}.tasks' raised {last_line}")
+    assert f"({module}, line {line})" in message
+    fix = f'Fix: correct the error there; `python -c "import {package}.tasks"` shows the whole traceback'
+    assert fix in message
+    with pytest.raises(TaskImportError) as direct:  # the rank side imports the same way: same error
+        import_tasks([f"{package}.tasks:UserTask"])
+    assert type(direct.value.__cause__).__name__ == last_line.split(":")[0]  # the traceback kept
+
+
+def test_the_cli_reports_a_task_module_that_raises_with_the_usage_exit_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package, _ = _package(tmp_path, monkeypatch, extra="VALUE = 1 / 0")
+    body = f'tasks = ["{package}.tasks"]\n' + MATRIX_BODY.replace("task = {tasks}\n", "")
+    matrix = write_matrix(tmp_path, body)
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "repo"), str(REPO_ROOT)])}
+    for command in (["list"], ["run", "--report-dir", str(tmp_path / "report")]):
+        done = subprocess.run([sys.executable, "-m", "harness", *command, "--matrix", str(matrix)],
+                              cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=300,
+                              check=False)
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        assert f"importing module '{package}.tasks' raised ZeroDivisionError: division by zero" in done.stderr

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from accelerate_core import is_deepspeed_available
 from harness.versions.behaviours import BY_KEY, Observation, classify, read_behaviours, write_behaviours
+from tests.run_if import run_if
 
 SCALAR = BY_KEY["zero_dim_broadcast"]
 LINEAR = BY_KEY["zero3_linear_left_swapped"]
@@ -70,7 +70,7 @@ def test_the_zero_dim_patch_stays_off_where_the_release_no_longer_views_as_bytes
 
 
 @pytest.mark.deepspeed
-@pytest.mark.skipif(not is_deepspeed_available(), reason="deepspeed is not installed")
+@run_if(deepspeed=True)
 def test_with_the_installed_deepspeed_the_gates_find_what_its_reproductions_show() -> None:
     """DeepSpeed 0.19.8 has both behaviours (tests/harness/rank/test_loop.py reproduces them with
     DeepSpeed alone): both gates are on. Other releases: docs/versions.md, from the sweep."""
