@@ -10,6 +10,9 @@ that job's (`--compare-records`): the cross-environment check. A final job, `mer
 every CPU job, downloads their reports and writes one merged report with
 `python -m harness report merge` (one grid, the cross-environment comparison, one verdict).
 
+Over 300 lines because a workflow is one document whose jobs refer to each other (needs,
+artifacts, the merge's inputs): rendered in one module, those references cannot drift apart.
+
 An environment with `shards = N` runs as N jobs, each `--shard K/N`, merged by the merge job (a
 GPU one by a merge job of its own): harness/cli/ci_shards.py, docs/shards.md.
 

@@ -17,9 +17,9 @@ from accelerate_core.imports import is_deepspeed_available
 from harness.cli.empty_run import EXIT_NOTHING_RAN, nothing_ran, nothing_ran_message
 from harness.errors import UsageError, explain
 from harness.layout.report_dir import ReportDir
-from harness.spec.cell import CORE, Cell
+from harness.spec.cell import Cell
 from harness.spec.matrix import Matrix, load_matrix
-from harness.spec.selection import opt_in_requested, resume_requested, select
+from harness.spec.selection import of_implementations, opt_in_requested, resume_requested, select
 from harness.truth.outcome import CellResult, Status
 
 KEEP_ON_RESUME = (Status.PASSED, Status.SKIPPED, Status.XFAILED)
@@ -29,7 +29,8 @@ KEEP_ON_RESUME = (Status.PASSED, Status.SKIPPED, Status.XFAILED)
 
 def selected_cells(args: argparse.Namespace) -> tuple[Matrix, list[Cell]]:
     matrix = load_matrix(args.matrix)
-    candidates = of_implementations(matrix, getattr(args, "implementation", None))
+    candidates = of_implementations(matrix.cells, matrix.axis("implementation"),
+                                    getattr(args, "implementation", None))
     candidates += [cell for cell, word in matrix.opt_in_cells if opt_in_requested(args.keyword, word)]
     candidates += matrix.resume_cells if resume_requested(args.keyword, args.markexpr) else []
     cells = select(candidates, args.keyword, args.markexpr)
@@ -48,18 +49,6 @@ def selected_cells(args: argparse.Namespace) -> tuple[Matrix, list[Cell]]:
             )
         )
     return matrix, cells
-
-
-def of_implementations(matrix: Matrix, asked: list[str] | None) -> list[Cell]:
-    """The matrix's cells of the implementations asked for (default: the core's)."""
-    axis = matrix.axis("implementation") or [CORE]
-    wanted = set(axis) if asked and "all" in asked else set(asked or [CORE])
-    unknown = sorted(wanted - set(axis))
-    if unknown:
-        raise UsageError(explain(f"--implementation {', '.join(unknown)}",
-                                 "it is not a value of the matrix's implementation axis",
-                                 [*axis, "all"], "pick from these, or add it to [axes] implementation"))
-    return [cell for cell in matrix.cells if cell.implementation in wanted]
 
 
 def default_env_name() -> str:

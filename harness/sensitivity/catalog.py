@@ -9,6 +9,9 @@ FAST: the subset CI runs through tests/harness/sensitivity (about a minute, one 
 the two evidence faults of issue 14 (ZeRO-3 silently run as DDP; fp16 autocast disabled), DDP
 that never all-reduces, and the fsdp plugin silently building DDP. The numeric catches run in
 the full catalog (`nox -s sensitivity`).
+
+Over 300 lines because it is data, one entry per bug (search and replace texts, the cells, what
+it imitates); the newer backends' entries are apart (checkpoints.py, fsdp.py).
 """
 
 from __future__ import annotations

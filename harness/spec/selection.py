@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from harness.errors import SelectionError, explain
-from harness.spec.cell import RESUME_SEPARATOR, Cell
+from harness.spec.cell import CORE, RESUME_SEPARATOR, Cell
 
 
 def _compile(expr: str, flag: str) -> Callable[[Callable[..., bool]], bool]:
@@ -81,3 +81,16 @@ def resume_requested(keyword: str | None, markexpr: str | None) -> bool:
     resume id (only those hold the ':' between source and destination)."""
     words = f"{keyword or ''} {markexpr or ''}".lower()
     return "resume" in words or RESUME_SEPARATOR in (keyword or "")
+
+
+def of_implementations(cells: list[Cell], axis: list[str], asked: list[str] | None) -> list[Cell]:
+    """The cells of the implementations asked for (`--implementation`, repeatable, or "all";
+    default: the core's), checked against the matrix's implementation axis."""
+    axis = axis or [CORE]
+    wanted = set(axis) if asked and "all" in asked else set(asked or [CORE])
+    unknown = sorted(wanted - set(axis))
+    if unknown:
+        raise SelectionError(explain(f"--implementation {', '.join(unknown)}",
+                                     "it is not a value of the matrix's implementation axis",
+                                     [*axis, "all"], "pick from these, or add it to [axes] implementation"))
+    return [cell for cell in cells if cell.implementation in wanted]
