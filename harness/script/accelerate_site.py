@@ -6,7 +6,8 @@ script with a temporary directory first on `PYTHONPATH` holding the `sitecustomi
 runs it at start-up in every process of the launch; when `ACCELERATE_CORE_RECORD_DIR` is set it
 calls `activate()`, which imports nothing heavy: an import hook waits for the script's own import
 of `accelerate.accelerator`, then harness.script.accelerate_recording watches its Accelerator.
-The project's root is appended to `sys.path` (last: it never shadows the script's own modules).
+The project's root is appended to `sys.path` (last: it never shadows the script's own modules),
+and a `sitecustomize` of the environment's own, which this one shadows, is run after it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ SITECUSTOMIZE = (
     "        sys.path.append({root!r})\n"
     "    import harness.script.accelerate_site\n"
     "    harness.script.accelerate_site.activate()\n"
+    "# The environment's own sitecustomize, if any, runs too (this one shadows it on sys.path).\n"
+    "import importlib.machinery as _machinery\n"
+    "import importlib.util as _util\n"
+    "_here = os.path.dirname(os.path.abspath(__file__))\n"
+    "_rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]\n"
+    "_spec = _machinery.PathFinder.find_spec('sitecustomize', _rest)\n"
+    "if _spec is not None and _spec.loader is not None:\n"
+    "    _spec.loader.exec_module(_util.module_from_spec(_spec))\n"
 )
 
 

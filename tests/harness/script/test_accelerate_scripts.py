@@ -17,9 +17,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,6 +127,24 @@ def test_the_shim_directory_goes_also_when_the_launch_fails() -> None:
         assert (shim / "sitecustomize.py").is_file()
         raise RuntimeError("the launch failed")
     assert not shim.exists()
+
+
+def test_the_shim_watches_only_when_recording_and_runs_the_environments_own_sitecustomize(
+        tmp_path: Path) -> None:
+    own = tmp_path / "environment"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nopen(os.environ['MARK'], 'w').write('ran')\n")
+    probe = "import sys; print(any(type(f).__name__ == '_WhenImported' for f in sys.meta_path))"
+    with accelerate_shim("HARNESS_TEST_RECORD_DIR") as shim:
+        for recording in ("", "1"):
+            mark = tmp_path / f"mark{recording}"
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), str(own)]), "MARK": str(mark),
+                   "HARNESS_TEST_RECORD_DIR": recording}
+            done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                                  timeout=60)
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.strip() == ("True" if recording else "False")  # the import hook
+            assert mark.read_text() == "ran"  # the environment's sitecustomize, shadowed, still ran
 
 
 def test_accelerate_script_cells_end_in_its_name_and_keep_it_in_their_reference() -> None:
