@@ -1,5 +1,8 @@
-"""`python -m harness script [-k EXPR] [-m MARKEXPR] [--matrix FILE] [--reference SHAPE]
-[--report-dir DIR] [--timeout S] [--name NAME] train.py [script args...]`.
+"""`python -m harness script [-k EXPR] [-m MARKEXPR] [--matrix FILE] [--implementation NAME]
+[--reference SHAPE] [--report-dir DIR] [--timeout S] [--name NAME] train.py [script args...]`.
+
+`--implementation accelerate`: the script is written against Hugging Face Accelerate and runs
+through `accelerate launch` (cell ids end in -accelerate); default: core (accelerate_core).
 
 Harness options come before the script; everything after the script's path is the script's own.
 In the script's arguments `{processes}`, `{N/processes}` (N divided by the cell's world size, for
@@ -27,6 +30,10 @@ def add_arguments(script: argparse.ArgumentParser) -> None:
     script.add_argument("-m", dest="markexpr", metavar="MARKEXPR", help="pytest marker expression")
     script.add_argument("--matrix", type=Path, default=None,
                         help="whose backends and tolerance table (default matrix/matrix.toml)")
+    script.add_argument("--implementation", action="append", metavar="NAME",
+                        help="what the script is written against: core (accelerate_core, the default) or "
+                        "accelerate (Hugging Face Accelerate, run through `accelerate launch`; ids end in "
+                        "-accelerate); repeatable, 'all' for every one of the matrix's implementation axis")
     script.add_argument("--reference", default=DEFAULT_REFERENCE, metavar="SHAPE",
                         help="the cell the others are compared with: {device}{n}-{strategy} at each cell's "
                         "precision (default cpu1-single), or a full one such as cpu1-single-fp32")
@@ -42,7 +49,7 @@ def add_arguments(script: argparse.ArgumentParser) -> None:
 
 
 def cmd_script(args: argparse.Namespace) -> int:
-    from harness.cli.run import check_writable, refuse_to_replace
+    from harness.cli.run import check_writable, of_implementations, refuse_to_replace
     from harness.report import environment_info, print_summary, write_reports
 
     if not args.script.is_file():
@@ -50,11 +57,12 @@ def cmd_script(args: argparse.Namespace) -> int:
                                  "check the path (relative to the current directory)"))
     name = script_name(args.script, args.name)
     matrix = load_matrix(args.matrix)
-    cells = select(script_cells(matrix, name), args.keyword, args.markexpr)
+    wanted = {cell.implementation for cell in of_implementations(matrix, args.implementation)}
+    cells = select(script_cells(matrix, name, wanted), args.keyword, args.markexpr)
     if not cells:
         raise UsageError(explain(
             f"selection -k {args.keyword!r} -m {args.markexpr!r}", "it matches no backend of the matrix",
-            ", ".join(c.id for c in script_cells(matrix, name)[:6]) + ", ...", "loosen -k / -m"))
+            ", ".join(c.id for c in script_cells(matrix, name, wanted)[:6]) + ", ...", "loosen -k / -m"))
     report_dir = args.report_dir or Path("reports") / "scripts" / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}"
     refuse_to_replace(report_dir, args.overwrite)
     check_writable(report_dir)

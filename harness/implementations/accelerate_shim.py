@@ -46,9 +46,17 @@ def install(accelerator: Any, observers: Sequence[Observer], *, sync_batchnorm: 
         for observer in reversed(watchers):
             observer.after_backward(accelerator, loss)
 
+    inside_gather = [False]  # Accelerate's gather_for_metrics calls self.gather: told once, the outer
+
     def gathered(function: Any) -> Any:
-        def gather_and_tell(tensor: Any) -> Any:
-            result = function(tensor)
+        def gather_and_tell(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if inside_gather[0]:
+                return function(tensor, *args, **kwargs)
+            inside_gather[0] = True
+            try:
+                result = function(tensor, *args, **kwargs)
+            finally:
+                inside_gather[0] = False
             for observer in watchers:
                 observer.on_gather(accelerator, result)
             return result

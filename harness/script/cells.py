@@ -1,16 +1,20 @@
 """Script cells: the matrix's backends (launch shapes x strategies x precisions) with the script
 as the task, each cell's reference cell, and the script's arguments for a cell.
 
-A script cell id is the matrix's grammar with the script's name as the task: `train-cpu2-zero3-bf16`.
+A script cell id is the matrix's grammar with the script's name as the task: `train-cpu2-zero3-bf16`;
+a cell of another implementation than the core (a Hugging Face Accelerate script) ends in its name:
+`train-cpu2-zero3-bf16-accelerate`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 from harness.errors import UsageError, explain
-from harness.spec.cell import TASK_NAME, Cell
+from harness.spec.cell import CORE, TASK_NAME, Cell
 from harness.spec.matrix import Matrix
 
 DEFAULT_REFERENCE = "cpu1-single"  # at the cell's own precision; "cpu1-single-fp32" pins one
@@ -28,12 +32,16 @@ def script_name(script: Path, given: str | None) -> str:
     return name
 
 
-def script_cells(matrix: Matrix, name: str) -> list[Cell]:
-    """Every distinct backend of the matrix's cells (any task's), as cells of the script."""
-    seen: dict[tuple[str, int, str, str], Cell] = {}
+def script_cells(matrix: Matrix, name: str, implementations: Collection[str] = (CORE,)) -> list[Cell]:
+    """Every distinct backend of the matrix's cells (any task's) of the given implementations, as
+    cells of the script."""
+    seen: dict[tuple[str, int, str, str, str], Cell] = {}
     for cell in matrix.cells:
-        key = (cell.device, cell.processes, cell.strategy, cell.precision)
-        seen.setdefault(key, Cell(name, cell.device, cell.processes, cell.strategy, cell.precision))
+        if cell.implementation not in implementations:
+            continue
+        key = (cell.device, cell.processes, cell.strategy, cell.precision, cell.implementation)
+        seen.setdefault(key, Cell(name, cell.device, cell.processes, cell.strategy, cell.precision,
+                                  cell.implementation))
     return list(seen.values())
 
 
@@ -47,7 +55,8 @@ def reference_of(cell: Cell, reference: str) -> Cell:
             "{device}{processes}-{strategy}, optionally -{precision}: e.g. cpu1-single, cpu1-single-fp32",
             "pass one of that form"))
     full = reference if reference.count("-") == 2 else f"{reference}-{cell.precision}"
-    return Cell.from_id(f"{cell.task}-{full}")  # the pattern above admits only valid ids
+    # The pattern above admits only valid ids; the reference runs the cell's implementation.
+    return dataclasses.replace(Cell.from_id(f"{cell.task}-{full}"), implementation=cell.implementation)
 
 
 def arguments_for(arguments: list[str], cell: Cell, cell_dir: Path) -> list[str]:

@@ -19,6 +19,8 @@ def script_evidence_mismatch(cell: Cell, evidence: dict[str, Any]) -> str | None
         return f"{asked}, the script never called accelerator.backward or get_state_dict (nothing recorded)"
     ran = (f"{evidence.get('strategy')} {evidence.get('mixed_precision')} on "
            f"{evidence.get('device')}{evidence.get('world_size')}")
+    if "accelerate" in evidence:  # what Hugging Face Accelerate said it ran (its DistributedType)
+        ran += f" ({evidence['accelerate']})"
     asked_for = (cell.strategy, cell.processes, cell.device, cell.mixed_precision)
     if tuple(evidence.get(k) for k in ("strategy", "world_size", "device", "mixed_precision")) != asked_for:
         return f"{asked}, the script ran {ran}"
