@@ -49,15 +49,17 @@ def add_arguments(script: argparse.ArgumentParser) -> None:
 
 
 def cmd_script(args: argparse.Namespace) -> int:
-    from harness.cli.run import check_writable, of_implementations, refuse_to_replace
+    from harness.cli.run import check_writable, refuse_to_replace
     from harness.report import environment_info, print_summary, write_reports
+    from harness.spec.selection import of_implementations
 
     if not args.script.is_file():
         raise UsageError(explain(f"script {str(args.script)!r}", "no such file", "a path to a Python file",
                                  "check the path (relative to the current directory)"))
     name = script_name(args.script, args.name)
     matrix = load_matrix(args.matrix)
-    wanted = {cell.implementation for cell in of_implementations(matrix, args.implementation)}
+    chosen = of_implementations(matrix.cells, matrix.axis("implementation"), args.implementation)
+    wanted = {cell.implementation for cell in chosen}
     cells = select(script_cells(matrix, name, wanted), args.keyword, args.markexpr)
     if not cells:
         raise UsageError(explain(
