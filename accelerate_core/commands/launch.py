@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -230,6 +231,31 @@ def child_environment(updates: dict[str, str]) -> dict[str, str]:
     return env
 
 
+SCRATCH_PREFIX = "accelerate-core-launch-"  # + the launcher's pid + "-" + a random part
+
+
+def remove_orphaned_scratch(folder: Path | None = None) -> list[Path]:
+    """Remove the scratch folders of launchers that died without cleaning up (SIGKILL cannot be
+    handled); returns what it removed. A folder's pid names the launcher that owns it."""
+    removed = []
+    for path in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = path.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive, and not ours to judge
+        return True
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     launch_plan = plan(args)
     if args.dry_run:
@@ -245,7 +271,8 @@ def run(args: argparse.Namespace) -> int:
     if command[1:3] != ["-m", _TORCHRUN_ENTRY]:
         return run_supervised(command, env)  # one process: its own traceback ends the output
     # Several: torchrun's summary goes above the error a rank raised, which ends the output.
-    with tempfile.TemporaryDirectory(prefix="accelerate-core-launch-") as scratch:
+    remove_orphaned_scratch()
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         summary = Path(scratch) / "failure.json"
         watch = ErrorWatch()
         status = run_supervised([*command[:3], SUMMARY_OPTION, str(summary), *command[3:]], env,

@@ -11,6 +11,7 @@ import contextlib
 import json
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from accelerate_core.commands.launch import SCRATCH_PREFIX, remove_orphaned_scratch
 from tests.accelerate_core.commands.cli_helpers import CLI, REPO_ROOT, SCRIPTS, cli_environ, describe, run_cli
 from tests.run_if import run_if
 
@@ -227,6 +229,11 @@ def test_a_launcher_killed_outright_still_takes_every_rank_down(tmp_path: Path) 
     finally:
         kill_marked(marker)
     assert leftovers == []
+    # Its scratch folder outlived it (nothing runs after SIGKILL); the next launch removes it.
+    orphans = list(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}{launcher.pid}-*"))
+    assert orphans, "the killed launcher left no scratch folder: this test no longer tests the sweep"
+    assert set(orphans) <= set(remove_orphaned_scratch())
+    assert not any(path.exists() for path in orphans)
 
 
 @pytest.mark.ddp
