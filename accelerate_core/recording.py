@@ -75,12 +75,12 @@ class Recorder(observers.Observer):
             self.evidence = self._what_ran(accelerator, prepared)
         self.losses.append(float(ops.reduce(loss.detach().float(), "mean")))
         self.lrs.append([float(group["lr"]) for optimizer in prepared
-                         if isinstance(optimizer, AcceleratedOptimizer) for group in optimizer.param_groups])
+                         if self._is_optimizer(optimizer) for group in optimizer.param_groups])
 
     def on_gather(self, accelerator: Any, result: Any) -> None:
         if not self.main_process:
             return
-        site = _call_site()
+        site = self._call_site()
         for path, tensor in _tensors(result):
             self.gathered.setdefault(site + path, []).append(tensor.detach().cpu().clone())
 
@@ -104,6 +104,17 @@ class Recorder(observers.Observer):
             "zero_stage": engine["zero_stage"] if engine is not None else None,
             "emulated": ran["emulated"],
         }
+
+    # What a subclass recording another implementation's script changes (a tool's, e.g. the
+    # harness's recorder of Hugging Face Accelerate scripts): which prepared objects are its
+    # optimizers, and where the script's own frames begin.
+    @staticmethod
+    def _is_optimizer(prepared: Any) -> bool:
+        return isinstance(prepared, AcceleratedOptimizer)
+
+    @staticmethod
+    def _call_site() -> str:
+        return _call_site()
 
     def write(self) -> Path | None:
         """DIR/record.pt, atomically, on the main process (at exit; callable earlier too)."""

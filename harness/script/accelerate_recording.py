@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 import accelerate_core.ops as ops
@@ -37,23 +36,13 @@ class AccelerateRecorder(Recorder):
     """The core's script recorder, told by the shim's wrappers instead of the core's Accelerator:
     Accelerate's optimizers and what ran are read the Accelerate way."""
 
-    def before_backward(self, accelerator: Any, loss: torch.Tensor) -> None:
-        prepared = self._prepared.get(accelerator, [])
-        if not self.evidence:
-            self.evidence = self._what_ran(accelerator, prepared)
-        self.losses.append(float(ops.reduce(loss.detach().float(), "mean")))
-        self.lrs.append([float(group["lr"]) for optimizer in prepared
-                         if hasattr(optimizer, "step_was_skipped")  # Accelerate's AcceleratedOptimizer
-                         for group in optimizer.param_groups])
+    @staticmethod
+    def _is_optimizer(prepared: Any) -> bool:
+        return hasattr(prepared, "step_was_skipped")  # Accelerate's AcceleratedOptimizer
 
-    def on_gather(self, accelerator: Any, result: Any) -> None:
-        from accelerate_core.recording import _tensors
-
-        if not self.main_process:
-            return
-        site = _script_site()
-        for path, tensor in _tensors(result):
-            self.gathered.setdefault(site + path, []).append(tensor.detach().cpu().clone())
+    @staticmethod
+    def _call_site() -> str:
+        return _script_site()
 
     @staticmethod
     def _what_ran(accelerator: Any, prepared: list[Any]) -> dict[str, Any]:
