@@ -189,7 +189,9 @@ def _per_rank_statistics(failing: list[Comparison], buffers: frozenset[str], cel
         return ""
     loss_at_start = first_loss_moved or any(
         c.quantity == "losses" and c.first_divergence == "step 0" for c in failing)
-    buffer_off = any(_is_buffer(c.quantity, buffers) for c in failing)
+    # A buffer in another dtype (a model cast to half, buffers and all) says nothing of how its
+    # values were computed: only a buffer whose values moved points at per-rank statistics.
+    buffer_off = any(_is_buffer(c.quantity, buffers) and c.first_divergence != "dtype" for c in failing)
     return PER_RANK_STATISTICS if loss_at_start and buffer_off else ""
 
 

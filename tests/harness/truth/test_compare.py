@@ -170,6 +170,22 @@ def test_buffers_are_named_buffers_and_a_step0_divergence_with_one_names_per_ran
     assert "buffers" not in unnamed and "final weights `net.1.running_var` and 1 more" in unnamed
 
 
+def test_a_buffer_in_another_dtype_is_no_sign_of_per_rank_statistics() -> None:
+    # A model cast to bf16 before sharding (buffers and all): the step-0 loss moves and a buffer
+    # fails, on its dtype. That is the cast, not statistics computed per rank.
+    golden = load_golden("batchnorm", "fp32")
+    record = load_golden("batchnorm", "fp32")
+    record.losses[0] += 0.05
+    record.state_dict["net.1.running_var"] = record.state_dict["net.1.running_var"].bfloat16()
+    buffers = frozenset({"net.1.running_mean", "net.1.running_var", "net.1.num_batches_tracked"})
+    sentence = diagnose("batchnorm-cpu2-fsdp-fp32", compare_record(record, golden, FP32), record, buffers)
+    assert "dtype bfloat16 where the golden's is float32" in sentence
+    assert "per-rank" not in sentence
+    record.state_dict["net.1.running_var"] = golden.state_dict["net.1.running_var"] + 0.3  # values moved
+    moved = diagnose("batchnorm-cpu2-fsdp-fp32", compare_record(record, golden, FP32), record, buffers)
+    assert "per-rank batch statistics" in moved
+
+
 def test_a_tensor_in_another_dtype_fails_even_when_its_values_agree(golden: Record) -> None:
     # A backend handing out bf16 weights where the plain reference's are fp32: the values of an
     # fp32 tensor that happens to be representable in bf16 agree exactly, and still it fails.
