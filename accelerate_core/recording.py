@@ -151,10 +151,11 @@ def register_from_environment(main_process: bool) -> Recorder | None:
     return _recorder
 
 
-def _call_site() -> str:
-    """`file.py:LINE` of the first frame outside accelerate_core: the script's gather call."""
+def _call_site(skipped: tuple[str, ...] = (_CORE_DIR,)) -> str:
+    """`file.py:LINE` of the first frame outside the `skipped` folders (accelerate_core by default;
+    a tool recording through wrappers of its own adds its folders): the script's gather call."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_CORE_DIR):
+    while frame is not None and frame.f_code.co_filename.startswith(skipped):
         frame = frame.f_back  # type: ignore[assignment]
     if frame is None:
         return "unknown"

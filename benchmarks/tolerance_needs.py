@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from harness.calibrate.noise import atol_needed, relative_difference
 from harness.spec.cell import Cell
 from harness.spec.matrix import load_matrix
 from harness.spec.tolerances import FAMILIES
@@ -56,11 +57,11 @@ def needs(report_dirs: list[Path]) -> tuple[dict[Key, tuple[float, str]], dict[K
                 continue
             rtol = tolerance.for_quantity(kind).rtol
             a, b = mine.double(), theirs.double()
-            need = float(((a - b).abs() - rtol * b.abs()).clamp_min(0).max()) if a.numel() else 0.0
+            need = atol_needed(a, b, rtol) if a.numel() else 0.0
             key = (cell.precision, FAMILIES[cell.strategy], kind)
             if need >= worst.get(key, (-1.0, ""))[0]:
                 worst[key] = (need, f"{cell.id} {name}")
-            rel = float(((a - b).abs() / b.abs().clamp_min(1e-12)).max()) if a.numel() else 0.0
+            rel = relative_difference(a, b) if a.numel() else 0.0
             relative[key] = max(relative.get(key, 0.0), rel)
     return worst, relative
 

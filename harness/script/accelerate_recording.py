@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -91,13 +90,9 @@ def _script_site() -> str:
     script's gather call."""
     import accelerate
 
-    skipped = (_HARNESS_DIR, _CORE_DIR, str(Path(accelerate.__file__).resolve().parent))
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(skipped):
-        frame = frame.f_back  # type: ignore[assignment]
-    if frame is None:
-        return "unknown"
-    return f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
+    from accelerate_core.recording import _call_site
+
+    return _call_site((_HARNESS_DIR, _CORE_DIR, str(Path(accelerate.__file__).resolve().parent)))
 
 
 def recorder_for(accelerator: Any) -> AccelerateRecorder:
