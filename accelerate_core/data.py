@@ -1,7 +1,11 @@
 """Dataloader sharding: N ranks with per-process batch B train like one process with batch N x B.
 
-Every rank computes the same global order of sample indices (sequential, or a permutation seeded
-with `seed + epoch`, identical on all ranks). Global step i takes the samples
+Every rank uses the same global order of sample indices: for a shuffling loader, the order the
+user's own sampler gives in this pass, drawn from the user's generator exactly as a plain
+single-process DataLoader draws it (its worker base seed, then the permutation), so one process
+through the core sees the batches plain PyTorch sees, and N processes see them split; with several
+processes rank 0's order is broadcast (a sampler without a generator draws from each rank's global
+random stream, which need not agree). Global step i takes the samples
 order[i*N*B : (i+1)*N*B]; rank r takes the r-th block of B of them. A short last global batch is
 filled by wrapping around to the start of the order, so every rank has B samples and the padding
 sits at the END of the rank-ordered concatenation that `gather` returns; `gather_for_metrics`
@@ -9,13 +13,17 @@ cuts exactly that padding off, which it learns from the loader being iterated (D
 
 Resuming (docs/checkpoint-format.md): a loader reports its epoch and how far into the epoch's
 global order the loop has got (`progress()`), in samples, so a run at another world size with the
-same global batch resumes at the same sample. `restore()` sets the epoch and shuffle seed back and
-remembers the position; `skip_first_batches(loader)` then starts the next pass there.
+same global batch resumes at the same sample; a shuffling loader also saves the order of the epoch
+being iterated and its generator's state, so the resumed pass and every later one see the orders of
+the uninterrupted run. `restore()` sets these back and remembers the position;
+`skip_first_batches(loader)` then starts the next pass there.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,10 +36,9 @@ from accelerate_core.errors import UnsupportedObjectError, explain
 from accelerate_core.ops import broadcast_object, send_to_device
 
 
-def global_order(num_samples: int, shuffle: bool, seed: int, epoch: int) -> list[int]:
-    """The order every rank agrees on for `epoch`."""
-    if not shuffle:
-        return list(range(num_samples))
+def legacy_shuffled_order(num_samples: int, seed: int, epoch: int) -> list[int]:
+    """The order a format-2 checkpoint's shuffled loader was iterated in (a permutation seeded with
+    `seed + epoch`, which the core used before it followed the DataLoader's own draws)."""
     generator = torch.Generator().manual_seed(seed + epoch)
     return torch.randperm(num_samples, generator=generator).tolist()
 
@@ -113,19 +120,22 @@ class PreparedDataLoader:
                                "core cannot shard so that every rank sees a disjoint block")
         sampler = loader.sampler
         num_samples = len(loader.dataset)  # type: ignore[arg-type]
+        self.world_size = world_size
+        self.shuffled = isinstance(sampler, RandomSampler)
+        #: the order of the pass being iterated (saved by progress(), for a resumed pass)
+        self.current_order: list[int] = []
+        #: the order of a pass restored from a checkpoint, used instead of drawing one
+        self._restored_order: list[int] | None = None
         order: Callable[[int], list[int]]
         if isinstance(sampler, RandomSampler):
             if sampler.replacement or sampler.num_samples != num_samples:
                 raise _unsupported(loader, "its RandomSampler samples with replacement or a custom count")
-            self.seed: int | None = _shared_seed(sampler.generator or loader.generator)
-            # Reads self.seed when called: restore() may set the seed a checkpoint was shuffled with.
-            order = lambda epoch: global_order(num_samples, True, self.seed or 0, epoch)  # noqa: E731
+            shuffling: Sampler[int] = sampler
+            order = lambda _epoch: self._pass_order(lambda: list(iter(shuffling)))  # noqa: E731
         elif isinstance(sampler, SequentialSampler):
-            self.seed = None
-            order = lambda epoch: global_order(num_samples, False, 0, epoch)  # noqa: E731
+            order = lambda _epoch: list(range(num_samples))  # noqa: E731
         else:
             # A custom sampler must give the same order on every rank (seeded by epoch).
-            self.seed = None
             custom: Sampler[Any] = sampler  # type: ignore[assignment]
             order = lambda epoch: _custom_order(custom, epoch)  # noqa: E731
             num_samples = len(sampler)  # type: ignore[arg-type]
@@ -167,6 +177,18 @@ class PreparedDataLoader:
     def __iter__(self) -> Iterator[Any]:
         return self.iterate(skip=0)
 
+    def _pass_order(self, draw: Callable[[], list[int]]) -> list[int]:
+        """The shuffled order of the pass starting now: a restored one, else the user's sampler's
+        draw (rank 0's when there are several processes)."""
+        if self._restored_order is not None:
+            order, self._restored_order = self._restored_order, None
+        else:
+            order = draw()
+            if self.world_size > 1:
+                order = broadcast_object(order)
+        self.current_order = order
+        return order
+
     def iterate(self, skip: int) -> Iterator[Any]:
         """Iterate the current epoch from batch `skip` on (skipped batches are never loaded).
         Without set_epoch calls the epoch advances by itself after each complete pass."""
@@ -174,10 +196,15 @@ class PreparedDataLoader:
         self.batch_sampler.skip = skip
         self.resume_skip = 0
         self.position = skip
+        # A restored pass draws nothing: the uninterrupted run drew its base seed and order before
+        # it saved, and the generator and random streams are already where they were then.
+        streams = _RandomStreams(self.base.generator) if self._restored_order is not None else None
         try:
             iterator = iter(self.loader)  # reads the batch sampler (and its skip) now
         finally:
             self.batch_sampler.skip = 0
+            if streams is not None:
+                streams.put_back()
         last = len(self) - 1
         self.state.stack.append(self)
         try:
@@ -195,22 +222,29 @@ class PreparedDataLoader:
     def progress(self) -> dict[str, Any]:
         """This loader's entry of progress.json."""
         sampler = self.batch_sampler
+        generator = self.base.generator
         return {"epoch": self.epoch, "batches_consumed": self.position, "batches_in_epoch": len(self),
                 "samples_consumed": min(self.position * sampler.global_batch_size, sampler.num_samples),
                 "global_batch_size": sampler.global_batch_size, "num_samples": sampler.num_samples,
-                "shuffle_seed": self.seed}
+                "shuffled": self.shuffled,
+                # The pass being iterated (null between passes or when in order), and the state of
+                # the loader's generator after this pass's draws (null: none, or not shuffled).
+                "order": self.current_order if self.shuffled and self.position else None,
+                "generator_state": (base64.b64encode(generator.get_state().numpy().tobytes()).decode("ascii")
+                                    if self.shuffled and generator is not None else None)}
 
     def restore(self, entry: dict[str, Any], index: int) -> None:
         """Epoch, shuffle seed and position from a progress.json entry, the position converted to
         this run's global batch size."""
         sampler = self.batch_sampler
-        shuffled = entry["shuffle_seed"] is not None
-        if int(entry["num_samples"]) != sampler.num_samples or shuffled != (self.seed is not None):
+        legacy_seed = entry.get("shuffle_seed")  # format 2: a seed instead of the order itself
+        shuffled = bool(entry.get("shuffled", legacy_seed is not None))
+        if int(entry["num_samples"]) != sampler.num_samples or shuffled != self.shuffled:
             raise CheckpointError(explain(
                 f"load_state: dataloader {index} was saved over {entry['num_samples']} samples "
-                f"({'shuffled' if entry['shuffle_seed'] is not None else 'in order'})",
+                f"({'shuffled' if shuffled else 'in order'})",
                 f"the prepared one has {sampler.num_samples} samples "
-                f"({'shuffled' if self.seed is not None else 'in order'})",
+                f"({'shuffled' if self.shuffled else 'in order'})",
                 "the same dataset and shuffling as the run that saved it",
                 "prepare the same dataloaders, in the same order, as the run that saved it"))
         consumed, size = int(entry["samples_consumed"]), sampler.global_batch_size
@@ -227,11 +261,39 @@ class PreparedDataLoader:
                 f"a per-process batch size x processes that divides {consumed}",
                 f"resume with a global batch of {entry['global_batch_size']} (per-process batch = "
                 f"{entry['global_batch_size']} / processes), or save at an epoch boundary"))
-        if entry["shuffle_seed"] is not None:
-            self.seed = int(entry["shuffle_seed"])
+        if shuffled:
+            self._restore_shuffle(entry, legacy_seed)
         self.epoch = int(entry["epoch"])
         self.position = 0
         self.resume_skip = skip
+
+
+    def _restore_shuffle(self, entry: dict[str, Any], legacy_seed: Any) -> None:
+        order = entry.get("order")
+        if legacy_seed is not None:
+            warnings.warn(
+                "load_state: a checkpoint of format 2 shuffled its dataloader with seed + epoch; the "
+                "interrupted epoch resumes in that order, later epochs are shuffled as the DataLoader "
+                "itself shuffles (its sampler's draws), as this version of the core does", stacklevel=3)
+            order = legacy_shuffled_order(int(entry["num_samples"]), int(legacy_seed), int(entry["epoch"]))
+        self._restored_order = [int(i) for i in order] if order else None
+        state, generator = entry.get("generator_state"), self.base.generator
+        if state is not None and generator is not None:
+            generator.set_state(torch.frombuffer(bytearray(base64.b64decode(state)), dtype=torch.uint8))
+
+
+class _RandomStreams:
+    """The global CPU random stream and a loader's generator, as they are now, to put back."""
+
+    def __init__(self, generator: torch.Generator | None) -> None:
+        self.generator = generator
+        self.cpu = torch.random.get_rng_state()
+        self.saved = generator.get_state() if generator is not None else None
+
+    def put_back(self) -> None:
+        torch.random.set_rng_state(self.cpu)
+        if self.generator is not None and self.saved is not None:
+            self.generator.set_state(self.saved)
 
 
 class SkippedDataLoader:
@@ -252,13 +314,6 @@ class SkippedDataLoader:
         if name == "loader":
             raise AttributeError(name)
         return getattr(self.loader, name)
-
-
-def _shared_seed(generator: torch.Generator | None) -> int:
-    """The shuffle seed, equal on every rank: the user's generator's seed, or rank 0's draw."""
-    if generator is not None:
-        return int(generator.initial_seed())
-    return int(broadcast_object(int(torch.empty((), dtype=torch.int64).random_().item()) % 2**62))
 
 
 def _custom_order(sampler: Sampler[Any], epoch: int) -> list[int]:

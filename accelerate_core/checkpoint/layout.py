@@ -20,8 +20,10 @@ from accelerate_core.checkpointing import atomic_write_bytes
 from accelerate_core.errors import AccelerateCoreError, explain
 
 FORMAT_NAME = "accelerate_core.checkpoint"
-# 2: the manifest carries each file's sha256 besides its size (1: sizes only; still read).
-FORMAT_VERSION = 2
+# 3: a shuffled dataloader's progress keeps its pass's order and its generator's state (2: a
+# shuffle seed; still read). 2: the manifest carries each file's sha256 besides its size (1: sizes
+# only; still read).
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 PRECISION = "precision.json"
 PROGRESS = "progress.json"

@@ -26,7 +26,7 @@ from harness.truth.record import Record
 from harness.truth.reference import ReferenceState, train_reference
 
 FORMAT = "accelerate_core.checkpoint"
-FORMAT_VERSION = 2  # docs/checkpoint-format.md: each file's size and sha256
+FORMAT_VERSION = 3  # docs/checkpoint-format.md: each file's size and sha256, dataloader orders
 MIXED_PRECISION = {"fp32": "no", "fp16": "fp16", "bf16": "bf16"}
 
 
@@ -126,10 +126,11 @@ def _rng_json() -> dict[str, Any]:
 
 
 def _progress(epoch: int, batches: int, global_batch: int, samples: int) -> dict[str, Any]:
-    # The user loop's loaders do not shuffle (shuffle_seed null) nor drop the last batch.
+    # The user loop's loaders it writes for do not shuffle (no order, no generator state) nor drop
+    # the last batch.
     return {"epoch": epoch, "batches_consumed": batches, "batches_in_epoch": -(-samples // global_batch),
             "samples_consumed": min(batches * global_batch, samples), "global_batch_size": global_batch,
-            "num_samples": samples, "shuffle_seed": None}
+            "num_samples": samples, "shuffled": False, "order": None, "generator_state": None}
 
 
 def _qualname(obj: object) -> str:

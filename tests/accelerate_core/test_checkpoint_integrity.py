@@ -1,4 +1,4 @@
-"""The checkpoint manifest's sha256 per file (format_version 2, docs/checkpoint-format.md): a file
+"""The checkpoint manifest's sha256 per file (format_version 2 and later, docs/checkpoint-format.md): a file
 changed in place with bytes of the same length is refused, naming the file; a version-1
 checkpoint (sizes only) still loads. One process, no launch."""
 
@@ -48,7 +48,7 @@ def test_every_file_in_the_manifest_has_its_size_and_sha256(tmp_path: Path) -> N
 
     directory = _saved(tmp_path)
     manifest = json.loads((directory / "manifest.json").read_text())
-    assert manifest["format_version"] == FORMAT_VERSION == 2
+    assert manifest["format_version"] == FORMAT_VERSION == 3
     for name, entry in manifest["files"].items():
         data = (directory / name).read_bytes()
         assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}, name

@@ -149,7 +149,7 @@ def test_checkpoint_files_are_the_neutral_format(runs: tuple[Path, dict[str, dic
     names = {p.name for p in (out / "ckpt_zero3").iterdir()}
     manifest = json.loads((out / "ckpt_zero3" / "manifest.json").read_text())
     assert names == set(manifest["files"]) | {"manifest.json"}
-    assert manifest["format_version"] == 2 and manifest["writer"]["strategy"] == "zero3"
+    assert manifest["format_version"] == 3 and manifest["writer"]["strategy"] == "zero3"
     assert manifest["writer"]["world_size"] == 2
     assert {p.name for p in (out / "ckpt_ddp").iterdir()} == names  # the same files whatever wrote it
 

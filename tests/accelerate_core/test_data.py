@@ -7,14 +7,20 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from accelerate_core import UnsupportedObjectError
-from accelerate_core.data import DataState, PreparedDataLoader, ShardedBatchSampler, global_order
+from accelerate_core.data import DataState, PreparedDataLoader, ShardedBatchSampler
+
+
+def _order(n: int, shuffle: bool, epoch: int) -> list[int]:
+    """Any global order the ranks agree on: the sampler's job is only to split it."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(5 + epoch)).tolist() if shuffle \
+        else list(range(n))
 
 
 def _samplers(
     n: int, batch: int, world: int, shuffle: bool, drop_last: bool = False
 ) -> list[ShardedBatchSampler]:
     return [
-        ShardedBatchSampler(lambda e: global_order(n, shuffle, 5, e), n, batch, r, world, drop_last)
+        ShardedBatchSampler(lambda e: _order(n, shuffle, e), n, batch, r, world, drop_last)
         for r in range(world)
     ]
 
@@ -49,31 +55,42 @@ def test_drop_last_drops_the_short_global_batch() -> None:
     assert [i for b in ranks[1] for i in b] == [4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31]
 
 
-def test_epochs_reshuffle_identically_on_every_rank() -> None:
-    first = global_order(20, True, 3, 0)
-    assert first == torch.randperm(20, generator=torch.Generator().manual_seed(3)).tolist()
-    assert global_order(20, True, 3, 1) != first
-    assert global_order(20, True, 3, 0) == first
+def _plain_passes(loader: DataLoader, passes: int) -> list[list[int]]:
+    return [[int(x) for (b,) in loader for x in b] for _ in range(passes)]
 
 
-def test_prepared_loader_set_epoch_and_auto_advance() -> None:
+@pytest.mark.parametrize("seeded", [True, False], ids=["generator", "global-seed"])
+def test_one_process_sees_the_batches_of_the_plain_dataloader_pass_after_pass(seeded: bool) -> None:
+    """The reference is plain PyTorch: the same DataLoader iterated without the core. Each pass
+    draws a worker base seed and then the permutation from the loader's generator (or the global
+    stream), and the core must draw the same, so epoch 2 and later match too (a core that seeded
+    its own permutation with seed + epoch matched no pass at all)."""
     data = TensorDataset(torch.arange(12))
+
+    def make() -> DataLoader:
+        torch.manual_seed(4)
+        generator = torch.Generator().manual_seed(9) if seeded else None
+        return DataLoader(data, batch_size=3, shuffle=True, generator=generator)
+
+    plain = _plain_passes(make(), 3)
+    prepared = PreparedDataLoader(make(), 0, 1, torch.device("cpu"), DataState())
+    assert _plain_passes(prepared, 3) == plain  # type: ignore[arg-type]
+    assert len({tuple(p) for p in plain}) == 3  # three different orders: the check can fail
+
+
+def test_set_epoch_labels_the_epoch_and_leaves_the_order_to_the_generator() -> None:
+    """As with a plain DataLoader over a RandomSampler (which has no set_epoch): the epoch number
+    is what save_state records; the order is the generator's next draw."""
+    data = TensorDataset(torch.arange(12))
+    plain = _plain_passes(DataLoader(data, batch_size=3, shuffle=True,
+                                     generator=torch.Generator().manual_seed(9)), 2)
     loader = PreparedDataLoader(
         DataLoader(data, batch_size=3, shuffle=True, generator=torch.Generator().manual_seed(9)),
-        0,
-        1,
-        torch.device("cpu"),
-        DataState(),
-    )
-    epoch0 = [int(x) for (b,) in loader for x in b]
-    epoch1 = [int(x) for (b,) in loader for x in b]
-    assert epoch0 == torch.randperm(12, generator=torch.Generator().manual_seed(9)).tolist()
-    assert epoch1 == torch.randperm(12, generator=torch.Generator().manual_seed(10)).tolist()
+        0, 1, torch.device("cpu"), DataState())
+    assert [int(x) for (b,) in loader for x in b] == plain[0] and loader.epoch == 1
     loader.set_epoch(0)
-    assert [int(x) for (b,) in loader for x in b] == epoch0
-    # Resuming: skipping batches leaves the rest of that epoch's order unchanged.
-    loader.set_epoch(1)
-    assert [int(x) for (b,) in loader.iterate(skip=2) for x in b] == epoch1[6:]
+    assert [int(x) for (b,) in loader for x in b] == plain[1] and loader.epoch == 1
+    assert loader.progress()["epoch"] == 1
 
 
 def test_unshardable_loaders_are_refused() -> None:
@@ -88,3 +105,41 @@ def test_unshardable_loaders_are_refused() -> None:
         PreparedDataLoader(
             DataLoader(data, batch_size=2, sampler=sampler), 0, 2, torch.device("cpu"), DataState()
         )
+
+
+def _twelve(seed: int) -> PreparedDataLoader:
+    return PreparedDataLoader(
+        DataLoader(TensorDataset(torch.arange(12)), batch_size=3, shuffle=True,
+                   generator=torch.Generator().manual_seed(seed)),
+        0, 1, torch.device("cpu"), DataState())
+
+
+def test_a_pass_restored_mid_epoch_and_the_passes_after_it_are_the_uninterrupted_ones() -> None:
+    """progress() mid-pass, restored into a loader whose generator is elsewhere: the rest of that
+    pass, then the next passes, are those of the uninterrupted loader (its order and generator
+    state travel in the entry; nothing is drawn for the resumed pass)."""
+    uninterrupted = _twelve(9)
+    passes = [[int(x) for (b,) in uninterrupted for x in b] for _ in range(3)]
+    interrupted = _twelve(9)
+    first = [int(x) for (b,) in interrupted for x in b]
+    iterator = iter(interrupted)
+    second_start = [int(x) for x in next(iterator)[0]]
+    entry = interrupted.progress()
+    assert first == passes[0] and second_start == passes[1][:3]
+    assert entry["order"] == passes[1] and entry["epoch"] == 1 and entry["batches_consumed"] == 1
+
+    resumed = _twelve(1234)  # another seed: only the checkpoint can put it back
+    resumed.restore(entry, 0)
+    rest = [int(x) for (b,) in resumed.iterate(skip=resumed.resume_skip) for x in b]
+    after = [int(x) for (b,) in resumed for x in b]
+    assert rest == passes[1][3:] and after == passes[2]
+
+
+def test_a_format_2_shuffled_entry_resumes_its_epoch_in_the_old_order_with_a_warning() -> None:
+    entry = {"epoch": 1, "batches_consumed": 2, "batches_in_epoch": 4, "samples_consumed": 6,
+             "global_batch_size": 3, "num_samples": 12, "shuffle_seed": 7}
+    loader = _twelve(9)
+    with pytest.warns(UserWarning, match="format 2 shuffled its dataloader with seed \\+ epoch"):
+        loader.restore(entry, 0)
+    old_order = torch.randperm(12, generator=torch.Generator().manual_seed(7 + 1)).tolist()
+    assert [int(x) for (b,) in loader.iterate(skip=loader.resume_skip) for x in b] == old_order[6:]

@@ -63,8 +63,9 @@ def make_objects(processes: int) -> tuple[Net, torch.optim.Optimizer, Any, DataL
         [{"params": weights}, {"params": biases, "weight_decay": 0.0, "lr": LR / 2}], lr=LR, weight_decay=0.01
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 3))
-    # No generator: the shuffle seed is drawn at prepare(), so a resumed run gets the saved one
-    # back only if load_state restores it (the tests seed the draw differently on purpose).
+    # No generator: each pass draws its order from the global random stream, so a resumed run gets
+    # the interrupted epoch's order back only from the checkpoint (the tests seed the global
+    # stream differently on purpose).
     loader = DataLoader(Pairs(), batch_size=GLOBAL_BATCH // processes, shuffle=True)
     return model, optimizer, scheduler, loader
 
