@@ -24,6 +24,7 @@ from harness.rank.recorder import RankRecorder
 from harness.rank.resume import RunSpan
 from harness.spec.cell import CORE
 from harness.tasks.base import Task
+from harness.tasks.shuffled import training_loader_options
 from harness.truth.record import Fingerprint, Record
 
 
@@ -57,7 +58,8 @@ def _run(accelerator: Any, task: Task, precision: str, span: RunSpan,
     model = task.build_model()
     raw_optimizer = task.build_optimizer(model)
     lr_scheduler = task.build_scheduler(raw_optimizer)
-    train = DataLoader(task.train_dataset(), batch_size=task.per_process_batch_size(processes))
+    train = DataLoader(task.train_dataset(), batch_size=task.per_process_batch_size(processes),
+                       **training_loader_options(task))
     evaluation = DataLoader(task.eval_dataset(), batch_size=task.eval_batch_size // processes)
     # A checkpointed run prepares its scheduler too, so that save_state / load_state carry it.
     extra = (lr_scheduler,) if span.checkpointed else ()

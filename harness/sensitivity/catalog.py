@@ -131,6 +131,31 @@ CORE_BUGS: tuple[Bug, ...] = (
                  "passed): every rank trains on the same samples",
     ),
     Bug(
+        name="shuffle_order_repeats_every_epoch",
+        area="sharding",
+        file="data.py",
+        search="            order = draw()\n",
+        replace="            order = self.current_order or draw()\n",
+        select="shuffle-cpu2-ddp-fp32",
+        imitates="torch.utils.data.DistributedSampler's documented trap: without set_epoch() before "
+                 "each epoch 'the same ordering will be always used'; here every epoch after the "
+                 "first repeats the first one's order",
+    ),
+    Bug(
+        name="shuffle_seeded_with_seed_plus_epoch",
+        area="sharding",
+        file="data.py",
+        search="order = lambda _epoch: self._pass_order(lambda: list(iter(shuffling)))  # noqa: E731",
+        replace=("order = lambda epoch: self._pass_order(lambda: legacy_shuffled_order(num_samples, "
+                 "int((shuffling.generator or torch.default_generator).initial_seed()), epoch))"
+                 "  # noqa: E731"),
+        select="shuffle-cpu1-single-fp32",
+        imitates="a sharding sampler that seeds its own permutation with seed + epoch "
+                 "(DistributedSampler's rule; Accelerate's opt-in use_seedable_sampler; this core "
+                 "before checkpoint format 3) instead of drawing from the user's DataLoader: other "
+                 "batches than plain PyTorch's from the first step on, on one process too",
+    ),
+    Bug(
         name="gather_for_metrics_keeps_padding",
         area="sharding",
         file="accelerator.py",

@@ -23,6 +23,7 @@ from harness.tasks.regression import RegressionTask
 from harness.tasks.root_param import RootParamTask
 from harness.tasks.scalar import ScalarTask
 from harness.tasks.sgd_accum import SGDAccumTask
+from harness.tasks.shuffled import ShuffledTask, ShuffleTask, training_loader_options
 
 register_task(RegressionTask())
 register_task(ClassifierTask())
@@ -34,12 +35,13 @@ register_task(ClipNormTask())
 register_task(BatchNormTask())
 register_task(BatchNormSyncTask())
 register_task(DropoutTask())
+register_task(ShuffleTask())
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name.startswith("canary"):
         importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
-    "DictDataset", "Task", "TaskImportError", "TaskOutput", "get_task", "import_tasks", "register_task",
-    "task_names",
+    "DictDataset", "ShuffledTask", "Task", "TaskImportError", "TaskOutput", "get_task", "import_tasks",
+    "register_task", "task_names", "training_loader_options",
 ]

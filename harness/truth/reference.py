@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from harness.spec.cell import PRECISIONS
 from harness.tasks.base import DictDataset, Task
+from harness.tasks.shuffled import training_loader_options
 from harness.truth.global_rng import GLOBAL_RNG_LOCK
 from harness.truth.half_weights import HalfWeights
 from harness.truth.record import Fingerprint, Record
@@ -106,7 +107,9 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
     optimizer = task.build_optimizer(model)
     scheduler = task.build_scheduler(optimizer)
     scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
-    train = DataLoader(DictDataset(inputs.train), batch_size=task.global_batch_size, shuffle=False)
+    # Iterated once per epoch: a shuffling task's loader draws each epoch's order as torch does.
+    train = DataLoader(DictDataset(inputs.train), batch_size=task.global_batch_size,
+                       **training_loader_options(task))
     losses: list[float] = []
     lrs: list[list[float]] = []
     skipped: list[int] = []

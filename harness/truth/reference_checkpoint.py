@@ -21,7 +21,9 @@ import torch
 from safetensors.torch import save as save_tensors
 
 from harness.atomic_files import write_bytes_atomic, write_text_atomic
+from harness.errors import HarnessError, explain
 from harness.tasks.base import Task
+from harness.tasks.shuffled import ShuffledTask
 from harness.truth.record import Record
 from harness.truth.reference import ReferenceState, train_reference
 
@@ -33,6 +35,13 @@ MIXED_PRECISION = {"fp32": "no", "fp16": "fp16", "bf16": "bf16"}
 def write_golden_checkpoint(task: Task, precision: str, step: int, directory: Path) -> Record:
     """Train the reference for `step` optimizer steps, write its checkpoint into `directory`
     and return the record of those steps (losses, lrs, skips, loss scales; no eval, no weights)."""
+    if isinstance(task, ShuffledTask):
+        # Its progress.json would need the pass's order and the generator's state, which a plain
+        # DataLoader does not hand out.
+        raise HarnessError(explain(
+            f"a golden checkpoint of task {task.name!r}", "its training data is shuffled, and this writer "
+            "records only loaders that run in order", "a task whose training DataLoader does not shuffle",
+            "leave this task out of [[resume.grid]] tasks"))
 
     def save(state: ReferenceState) -> None:
         write_checkpoint(directory, task, precision, state)

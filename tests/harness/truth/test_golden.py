@@ -40,7 +40,7 @@ from harness.truth.regeneration import regeneration_tolerance
 pytestmark = [pytest.mark.goldens, pytest.mark.numerics]
 
 OWN_GOLDENS = ("regression", "classifier", "lm", "scalar", "root_param", "sgd_accum", "clip_norm",
-               "batchnorm", "dropout")
+               "batchnorm", "dropout", "shuffle")
 
 
 Pair = tuple[str, str]
