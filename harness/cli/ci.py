@@ -21,6 +21,10 @@ a push or pull request: its jobs run on a schedule (SWEEP_CRON) and by hand (wor
 each `nox -s "versions(NAME)"` in its own runner, those with `compare_with` after that
 environment's job (its records are the baseline); a last job merges their reports (the version
 table, the behaviour x version table, the record changes).
+
+The whole bug catalog (`nox -s sensitivity`, docs/sensitivity.md) runs on the same schedule, in a
+job of its own (about half an hour of launches: too long for every push, where the tests run its
+fast subset); its JSON and every trial's report are kept as the artifact `report-sensitivity`.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ MERGE_JOB = "merge"  # the final job: one report of every CPU environment
 MERGED_DIR = "reports/merged"
 SWEEP_CRON = "17 3 * * 1"  # the version sweep: Mondays 03:17 UTC (and workflow_dispatch)
 SWEEP_MERGE_JOB = "versions-merge"
+SENSITIVITY_JOB = "sensitivity"  # the whole catalog, scheduled
+SENSITIVITY_REPORTS = "reports/sensitivity"  # every trial's report; noxfile writes reports/sensitivity.json
 SWEEP_DIR = "reports/versions"  # noxfile.py's `versions` session writes reports/versions/<env>
 SWEEP_ONLY = "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'"
 NOT_FROM_FORKS = ("github.event_name != 'pull_request' || "
@@ -259,6 +265,20 @@ def _sweep_merge_job(sweep: list[Environment]) -> dict[str, Any]:
             "if": "${{ !cancelled() && (" + SWEEP_ONLY + ") }}", "timeout-minutes": 20, "steps": steps}
 
 
+def _sensitivity_job() -> dict[str, Any]:
+    """The whole catalog, each entry after the control run, on the sweep's schedule."""
+    steps = _setup_steps()
+    steps.append({"name": "Install nox", "run": "python -m pip install nox\n"})
+    steps.append({"name": "Catalog", "env": dict(SWEEP_PIP_ENV),
+                  "run": f"nox -s sensitivity -- --keep-reports {SENSITIVITY_REPORTS}\n"})
+    steps.append({"name": "Upload catalog report", "if": "always()", "uses": "actions/upload-artifact@v4",
+                  "with": {"name": "report-sensitivity",
+                           "path": f"{SENSITIVITY_REPORTS}.json\n{SENSITIVITY_REPORTS}/\n",
+                           "if-no-files-found": "warn"}})
+    return {"name": "Bug catalog (harness sensitivity, every entry)", "runs-on": ["ubuntu-latest"],
+            "if": SWEEP_ONLY, "timeout-minutes": 120, "steps": steps}
+
+
 def workflow(matrix_path: str | Path | None = None) -> dict[str, Any]:
     """The workflow as data (what the YAML text parses back to)."""
     matrix = load_matrix(matrix_path)
@@ -274,9 +294,9 @@ def workflow(matrix_path: str | Path | None = None) -> dict[str, Any]:
     jobs.update({job_id(env): _sweep_job(env, envs) for env in sweep})
     if sweep:
         jobs[SWEEP_MERGE_JOB] = _sweep_merge_job(sweep)
-    triggers: dict[str, Any] = {"push": {"branches": ["main"]}, "pull_request": {}, "workflow_dispatch": {}}
-    if sweep:
-        triggers["schedule"] = [{"cron": SWEEP_CRON}]
+    jobs[SENSITIVITY_JOB] = _sensitivity_job()
+    triggers: dict[str, Any] = {"push": {"branches": ["main"]}, "pull_request": {}, "workflow_dispatch": {},
+                                "schedule": [{"cron": SWEEP_CRON}]}
     return {
         "name": "matrix",
         "on": triggers,

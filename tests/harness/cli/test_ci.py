@@ -12,6 +12,7 @@ from harness.cli.ci import (
     HEADER,
     MERGE_JOB,
     REPO_ROOT,
+    SENSITIVITY_JOB,
     SWEEP_CRON,
     SWEEP_DIR,
     SWEEP_MERGE_JOB,
@@ -54,7 +55,7 @@ def _sweep() -> dict:  # type: ignore[type-arg]
 def test_one_job_per_environment_on_its_runner_labels() -> None:
     environments = load_matrix().environments
     jobs = workflow()["jobs"]
-    expected = [*(name.replace("_", "-") for name in environments), MERGE_JOB]
+    expected = [*(name.replace("_", "-") for name in environments), MERGE_JOB, SENSITIVITY_JOB]
     assert sorted(jobs) == sorted(expected + ([SWEEP_MERGE_JOB] if _sweep() else []))
     for name, env in _regular().items():
         job = jobs[name.replace("_", "-")]
@@ -67,7 +68,8 @@ def test_one_job_per_environment_on_its_runner_labels() -> None:
 
 
 def test_every_job_installs_pinned_torch_before_the_project() -> None:
-    sweep_jobs = {name.replace("_", "-") for name in _sweep()}  # nox installs theirs (pinned)
+    # nox installs theirs (pinned): the sweep's jobs and the catalog's
+    sweep_jobs = {name.replace("_", "-") for name in _sweep()} | {SENSITIVITY_JOB}
     for job_name, job in workflow()["jobs"].items():
         if job_name in sweep_jobs:
             continue
@@ -178,6 +180,20 @@ def test_the_version_sweep_runs_on_a_schedule_and_never_on_push_or_pull_request(
     assert SWEEP_ONLY in merge["if"]
     run = next(s for s in merge["steps"] if s.get("name") == "Merge")["run"]
     assert all(f"{SWEEP_DIR}/{name}" in run for name in sweep)
+
+
+def test_the_whole_catalog_runs_on_the_schedule_and_keeps_its_report() -> None:
+    """Every catalog entry (its control first) once a week and by hand, never on a push: the
+    tests run the fast subset there."""
+    job = workflow()["jobs"][SENSITIVITY_JOB]
+    assert job["if"] == "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'"
+    run = next(s for s in job["steps"] if s.get("name") == "Catalog")["run"]
+    assert run.startswith("nox -s sensitivity -- --keep-reports reports/sensitivity")
+    assert "--only" not in run and "--fast" not in run
+    upload = next(s for s in job["steps"] if s.get("name") == "Upload catalog report")
+    assert upload["if"] == "always()" and upload["with"]["name"] == "report-sensitivity"
+    assert "reports/sensitivity.json" in upload["with"]["path"]
+    assert workflow()["on"]["schedule"] == [{"cron": SWEEP_CRON}]
 
 
 def test_sweep_environments_pin_exact_releases_and_compare_with_a_sweep_environment() -> None:
