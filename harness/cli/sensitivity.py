@@ -1,6 +1,8 @@
 """`python -m harness sensitivity`: the harness's own detection rate over the bug catalog
 (harness.sensitivity, docs/sensitivity.md). Exit 0 only when every entry tried was caught; a miss
-or a catalog error (a patch that no longer applies) exits 1."""
+or a catalog error (a patch that no longer applies) exits 1. With --kill-matrix, each entry runs on
+every cell it touches and the answer is "caught in N of M"; exit 1 when an entry is caught in no
+cell or is a catalog error (each miss is printed with its closest comparison)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.errors import EXIT_FAILED, EXIT_USAGE
 
@@ -23,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results here")
     parser.add_argument("--keep-reports", type=Path, default=None, metavar="DIR",
                         help="keep each entry's run report under DIR/<name>/")
+    parser.add_argument("--kill-matrix", action="store_true",
+                        help="run each entry on every CPU cell it touches (its `affects`) and report "
+                             "caught in N of M cells")
 
 
 def cmd_sensitivity(args: argparse.Namespace) -> int:
@@ -40,8 +46,10 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
         print(f"error: {exc.args[0]}")
         return EXIT_USAGE
     start = time.monotonic()
-    control = control_run(bugs, timeout_s=args.timeout, keep=args.keep_reports)
+    control = control_run(bugs, timeout_s=args.timeout, keep=args.keep_reports, affected=args.kill_matrix)
     print(control.line(), flush=True)
+    if args.kill_matrix:
+        return _kill_matrix(bugs, control, args, start)
     trials = []
     for index, bug in enumerate(bugs, 1):
         trial = try_bug(bug, timeout_s=args.timeout, control=control, keep=args.keep_reports)
@@ -65,3 +73,22 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
                    "control": control.statuses, "trials": [t.to_json() for t in trials]}
         args.json.write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return EXIT_OK if len(caught) == len(bugs) else EXIT_FAILED
+
+
+def _kill_matrix(bugs: list[Any], control: Any, args: argparse.Namespace, start: float) -> int:
+    from harness.sensitivity.kill import kill_row, summary_lines
+
+    rows = []
+    for index, bug in enumerate(bugs, 1):
+        row = kill_row(bug, timeout_s=args.timeout, control=control, keep=args.keep_reports)
+        rows.append(row)
+        print(f"[{index}/{len(bugs)}] {row.line()} ({row.seconds:.0f} s)", flush=True)
+    print()
+    for line in summary_lines(rows)[len(rows):]:
+        print(line)
+    print(f"wall time {time.monotonic() - start:.0f} s")
+    if args.json is not None:
+        summary = {"kill_matrix": [row.to_json() for row in rows], "control": control.statuses,
+                   "wall_s": round(time.monotonic() - start, 1)}
+        args.json.write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    return EXIT_OK if all(row.caught and not row.error for row in rows) else EXIT_FAILED

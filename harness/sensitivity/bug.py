@@ -32,6 +32,13 @@ class Bug:
     replace: str
     select: str  # the -k expression of the smallest selection that should expose it
     imitates: str  # the real-world bug (an issue number or the kind of bug)
+    # The -k expression of every CPU cell whose code path the patch touches (the kill matrix,
+    # harness/sensitivity/kill.py); empty: the same cells as `select`.
+    affects: str = ""
+
+    @property
+    def affected(self) -> str:
+        return self.affects or self.select
 
     def __post_init__(self) -> None:
         if self.area not in AREAS:

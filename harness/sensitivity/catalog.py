@@ -30,6 +30,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         replace=("backend = resolve_backend(None if use_cpu else deepspeed_plugin, launch, "
                  "process.world_size, fsdp_plugin)"),
         select="regression-cpu2-zero3-fp32",
+        affects="cpu2-zero",
         imitates="Hugging Face accelerate with cpu=True and a DeepSpeed plugin silently runs plain "
                  "multi-process CPU training (no engine): measured with accelerate 1.15.0",
     ),
@@ -42,6 +43,7 @@ CORE_BUGS: tuple[Bug, ...] = (
                  "                              enabled=not (self.device_type == 'cpu'\n"
                  "                                           and self.mixed_precision == 'fp16'))"),
         select="classifier-cpu1-single-fp16",
+        affects="fp16 and (cpu1-single or cpu2-ddp)",
         imitates="mixed_precision='fp16' on CPU silently trains in fp32 with autocast off (accelerate "
                  "1.15.0 measured; torch CPU autocast lacked fp16 before 2.x)",
     ),
@@ -54,6 +56,7 @@ CORE_BUGS: tuple[Bug, ...] = (
                  'and process.device.type == "cpu"):\n'
                  "        return FP32Precision()"),
         select="classifier-cpu1-single-bf16",
+        affects="bf16 and (cpu1-single or cpu2-ddp)",
         imitates="bf16 silently ignored on CPU (older accelerate disabled CPU bf16 autocast below "
                  "torch 1.10 without a warning)",
     ),
@@ -67,6 +70,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         # The two tasks whose bf16 goldens were bit-identical to fp32 until their prediction
         # went through nn.functional.linear: this bug passed them at 0% of tolerance then.
         select="regression-cpu1-single-bf16 or scalar-cpu1-single-bf16",
+        affects="bf16 and (cpu1-single or cpu2-ddp)",
         imitates="bf16 silently runs fp32: the amp plugin accepts mixed_precision='bf16' but its "
                  "forward never enters autocast (an `enabled` flag meant for the fp16 path), while "
                  "the precision object and strategy still say bf16",
@@ -78,6 +82,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search='_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}',
         replace='_DTYPES = {"fp16": torch.float16, "bf16": torch.float16}',
         select="classifier-cpu1-single-bf16",
+        affects="bf16 and (cpu1-single or cpu2-ddp)",
         imitates="a half-precision dtype mix-up: bf16 requested, float16 autocast (no loss scaler "
                  "then, so gradients can underflow)",
     ),
@@ -88,6 +93,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search='            return {"fp16": dict(GRAD_SCALER_EQUIVALENT_FP16), "bf16": {"enabled": False}}',
         replace='            return {"fp16": {"enabled": False}, "bf16": {"enabled": False}}',
         select="regression-cpu2-zero1-fp16",
+        affects="cpu2-zero and fp16",
         imitates="DeepSpeed fp16 refused on a CPU without native fp16 and silently replaced by fp32 "
                  "instead of an error (what a 'fallback' in an integration does)",
     ),
@@ -105,6 +111,7 @@ CORE_BUGS: tuple[Bug, ...] = (
                  "        wrapped.register_comm_hook(None, summed)\n"
                  "        return wrapped"),
         select="regression-cpu2-ddp-fp32",
+        affects="cpu2-ddp",
         imitates="gradients summed instead of averaged across ranks (a custom comm hook or a loss "
                  "not divided by world size: the effective lr grows with the world size)",
     ),
@@ -117,6 +124,7 @@ CORE_BUGS: tuple[Bug, ...] = (
                  "        wrapped.require_backward_grad_sync = False  # left over from a no_sync() context\n"
                  "        return wrapped"),
         select="regression-cpu2-ddp-fp32",
+        affects="cpu2-ddp",
         imitates="gradient accumulation's no_sync() left on: DDP never all-reduces (accelerate "
                  "issues on sync_gradients staying False after accumulate())",
     ),
@@ -127,6 +135,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="        start = self.rank * self.batch_size",
         replace="        start = 0",
         select="regression-cpu2-ddp-fp32",
+        affects="cpu2",
         imitates="a sampler that ignores the rank (DistributedSampler missing or set_epoch/rank not "
                  "passed): every rank trains on the same samples",
     ),
@@ -137,6 +146,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="            order = draw()\n",
         replace="            order = self.current_order or draw()\n",
         select="shuffle-cpu2-ddp-fp32",
+        affects="shuffle and cpu",
         imitates="torch.utils.data.DistributedSampler's documented trap: without set_epoch() before "
                  "each epoch 'the same ordering will be always used'; here every epoch after the "
                  "first repeats the first one's order",
@@ -150,6 +160,7 @@ CORE_BUGS: tuple[Bug, ...] = (
                  "int((shuffling.generator or torch.default_generator).initial_seed()), epoch))"
                  "  # noqa: E731"),
         select="shuffle-cpu1-single-fp32",
+        affects="shuffle and cpu",
         imitates="a sharding sampler that seeds its own permutation with seed + epoch "
                  "(DistributedSampler's rule; Accelerate's opt-in use_seedable_sampler; this core "
                  "before checkpoint format 3) instead of drawing from the user's DataLoader: other "
@@ -163,6 +174,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         replace=("if False and loader is not None and self._data_state.end_of_dataloader "
                  "and loader.remainder:"),
         select="regression-cpu2-ddp-fp32",
+        affects="cpu2",
         imitates="gather_for_metrics returning the samples repeated to even out the last batch "
                  "(accelerate issues on duplicated eval samples in the last batch)",
     ),
@@ -173,6 +185,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="    return torch.cat(parts, dim=0).to(tensor.dtype)",
         replace="    return torch.cat(parts[::-1], dim=0).to(tensor.dtype)",
         select="classifier-cpu2-ddp-fp32",
+        affects="cpu2",
         imitates="gathered outputs concatenated out of rank order (predictions no longer line up "
                  "with their labels)",
     ),
@@ -183,6 +196,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="        if reduction == \"mean\":\n            out = out / world",
         replace="        if reduction == \"mean\":\n            out = out",
         select="regression-cpu2-ddp-fp32",
+        affects="cpu2",
         imitates="reduce(..., 'mean') returning the sum: logged losses scale with the world size",
     ),
     # ------------------------------------------------------------------ loss scaling
@@ -193,6 +207,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="        self.scaler.step(optimizer)\n",
         replace="        optimizer.step()  # skipped the scaler: inf/NaN steps are applied\n",
         select="regression-cpu1-single-fp16",
+        affects="fp16 and (cpu1-single or cpu2-ddp)",
         imitates="an optimizer step taken outside GradScaler.step, so overflowed (inf/NaN) steps are "
                  "applied instead of skipped",
     ),
@@ -203,6 +218,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search='    "hysteresis": 1,',
         replace='    "hysteresis": 2,',
         select="regression-cpu2-zero2-fp16",
+        affects="cpu2-zero and fp16",
         imitates="DeepSpeed's default fp16 hysteresis of 2: the scale is lowered only on the second "
                  "overflow, unlike torch's GradScaler (loss-scale sequences differ)",
     ),
@@ -213,6 +229,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search='    "initial_scale_power": 16,',
         replace='    "initial_scale_power": 32,',
         select="regression-cpu2-zero1-fp16",
+        affects="cpu2-zero and fp16",
         imitates="DeepSpeed's old initial_scale_power default of 32 (2**32 start: many early steps "
                  "skipped where GradScaler starts at 2**16)",
     ),
@@ -223,6 +240,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="        return overflow\n",
         replace="        return False\n",
         select="regression-cpu2-zero2-fp16",
+        affects="cpu2-zero and fp16",
         imitates="optimizer.is_overflow always False under DeepSpeed: the loop steps its lr "
                  "scheduler on skipped steps (DeepSpeed/accelerate issues on schedulers advancing "
                  "past overflow steps)",
@@ -245,6 +263,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="backward(loss, scale_wrt_gas=False)",
         replace="backward(loss)",
         select="sgd_accum-cpu2-zero2-fp32",
+        affects="sgd_accum-cpu2-zero",
         imitates="DeepSpeed's engine.backward default scale_wrt_gas=True divides the (already "
                  "divided) loss by gradient_accumulation_steps again",
     ),
@@ -255,6 +274,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="gradient_accumulation_steps=self.plugin.gradient_accumulation_steps or 1,",
         replace="gradient_accumulation_steps=1,",
         select="sgd_accum-cpu2-zero1-fp32",
+        affects="sgd_accum-cpu2-zero",
         imitates="the Accelerator's gradient_accumulation_steps not written into the DeepSpeed "
                  "config (accelerate issues on gradient_accumulation_steps mismatch with the "
                  "DeepSpeed config)",
@@ -267,6 +287,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="        for optimizer in self._optimizers:\n            self.precision.unscale_(optimizer)\n",
         replace="",
         select="clip_norm-cpu1-single-fp16",
+        affects="clip_norm-cpu1-single",
         imitates="clipping fp16 gradients still multiplied by the loss scale (the mistake torch's "
                  "AMP docs warn of: unscale_ before clip_grad_norm_)",
     ),
@@ -278,6 +299,7 @@ CORE_BUGS: tuple[Bug, ...] = (
                 "# for the next step only, see optimizer_step"),
         replace="            pass  # clip_grad_norm_ is a no-op under DeepSpeed",
         select="clip_norm-cpu2-zero2-fp32",
+        affects="clip_norm-cpu2-zero",
         imitates="accelerator.clip_grad_norm_ silently doing nothing under DeepSpeed (accelerate "
                  "returns None there and leaves clipping to the config)",
     ),
@@ -288,6 +310,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search='    m.default("gradient_clipping", 0.0)',
         replace='    m.default("gradient_clipping", 1.0)',
         select="sgd_accum-cpu2-zero1-fp32",
+        affects="cpu2-zero",
         imitates="a gradient_clipping of 1.0 filled in by default ('auto' resolved to the HF "
                  "Trainer's max_grad_norm=1.0) where the loop asked for no clipping",
     ),
@@ -299,6 +322,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="    m = _Merger(load_user_config(plugin.config))",
         replace="    m = _Merger({})  # the plugin's config never read",
         select="regression-cpu2-zero3-fp32",
+        affects="cpu2-zero3",
         imitates="a DeepSpeed config given to the plugin silently ignored when keyword settings "
                  "are also given (ZeRO-3 then keeps small parameters whole)",
     ),
@@ -309,6 +333,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search='    m.require("zero_optimization.stage", plugin.zero_stage, ',
         replace='    m.require("zero_optimization.stage", max(plugin.zero_stage - 1, 0), ',
         select="regression-cpu2-zero3-fp32",
+        affects="cpu2-zero",
         imitates="the ZeRO stage mis-mapped between a launcher setting and the DeepSpeed config "
                  "(e.g. an enum index off by one)",
     ),
@@ -320,6 +345,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         replace=("            full = tensor.ds_tensor.detach().clone() if hasattr(tensor, 'ds_tensor') "
                  "else safe_get_full_fp32_param(tensor)\n"),
         select="classifier-cpu2-zero3-fp32",
+        affects="cpu2-zero3",
         imitates="ZeRO-3 saving each rank's partition instead of the gathered weights (DeepSpeed "
                  "and transformers issues on empty or shape-(0,) weights saved under ZeRO-3)",
     ),
@@ -330,6 +356,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="        else:  # buffers are not partitioned\n",
         replace="        elif False:  # buffers dropped\n",
         select="classifier-cpu2-zero2-fp32",
+        affects="cpu2-zero",
         imitates="buffers missing from a consolidated ZeRO state dict (DeepSpeed zero_to_fp32 "
                  "issues on non-parameter state)",
     ),

@@ -25,6 +25,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
                  "        strategy = strategy_cls(process, build_precision(name, precision_name, process))"),
         # fp32: FSDP2 and DDP are the same math there, so only the evidence can tell them apart.
         select="regression-cpu2-fsdp-fp32",
+        affects="cpu2-fsdp",
         imitates="an FSDP config accepted and then ignored: the backend falls back to plain data "
                  "parallelism (the way a DeepSpeed plugin is ignored with cpu=True, measured with "
                  "accelerate 1.15.0 for DeepSpeed): every rank keeps the whole model, nothing is sharded",
@@ -38,6 +39,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
                 "                    offload_policy=offload)"),
         replace="        pass  # fully_shard never applied: the model stays whole on every rank",
         select="regression-cpu2-fsdp-fp32",
+        affects="cpu2-fsdp",
         imitates="the wrapping step silently skipped (fully_shard behind a condition that is false, "
                  "no root unit): the strategy reports units while the model trains whole and "
                  "unreduced on every rank",
@@ -50,6 +52,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
                 "output_dtype=output)"),
         replace="return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=compute, output_dtype=output)",
         select="classifier-cpu2-fsdp-bf16",
+        affects="cpu2-fsdp and (bf16 or fp16)",
         imitates="gradients reduce-scattered in the half dtype: FSDP2's own default when only param_dtype "
                  "is set (reduce_dtype None falls back to param_dtype), a precision loss in every "
                  "averaged gradient",
@@ -61,6 +64,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
         search="    units = [*names, ROOT]",
         replace="    units = names  # the root never becomes a unit",
         select="classifier-cpu2-fsdp-bf16 or lm-cpu2-fsdp-fp32",
+        affects="cpu2-fsdp",
         imitates="a wrap policy that shards the blocks but not the root module: parameters outside "
                  "the blocks (lm's tied embedding and head) stay whole and unreduced by FSDP, and "
                  "no root unit casts the outputs back to fp32",
@@ -86,6 +90,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
                  "        for g in local:\n"
                  "            g.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))"),
         select="clip_norm-cpu2-fsdp-fp32",
+        affects="clip_norm-cpu2-fsdp",
         imitates="gradient clipping by each rank's shard norm instead of the global norm: ranks clip "
                  "their shards by different factors (the norm of a shard is smaller than the whole's)",
     ),
@@ -97,6 +102,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
         replace=("            model.to(self.root_device, dtype=self.precision.param_dtype or torch.float32)"
                  "  # half masters\n"),
         select="classifier-cpu2-fsdp-bf16",
+        affects="cpu2-fsdp and (bf16 or fp16)",
         imitates="the model cast to the half dtype before sharding, so the sharded master weights the "
                  "optimizer steps are bf16, where DeepSpeed and amp keep fp32 masters: small updates "
                  "round away (huggingface/accelerate#2624: FSDP needed a larger learning rate than "
@@ -109,6 +115,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
         search="            fsdp_state.swap_optimizer_params(optimizer, self._replaced)\n",
         replace="            pass  # the optimizer keeps the parameters fully_shard replaced\n",
         select="regression-cpu2-fsdp-fp32",
+        affects="cpu2-fsdp",
         imitates="an optimizer built before prepare() left pointing at the parameters fully_shard "
                  "replaced with DTensors: it steps tensors nothing reads any more, and the model "
                  "never trains (torch's FSDP documentation: build the optimizer after sharding)",

@@ -70,17 +70,19 @@ class Control:
         return f"control (unpatched core): {len(self.statuses)} cell(s): {summary} ({self.seconds:.0f} s)"
 
 
-def control_run(bugs: list[Bug], *, timeout_s: float, keep: Path | None = None) -> Control:
+def control_run(bugs: list[Bug], *, timeout_s: float, keep: Path | None = None,
+                affected: bool = False) -> Control:
     """Every cell the entries select, on an unpatched copy of the core, through the same
     `python -m harness run` as a trial, but with the cells of one launch shape sharing a launch
     (a trial isolates its cells only so that a failure gets no confirming rerun; a cell's record
     does not depend on the cells before it in its launch: tests/harness/run/test_cell_isolation.py).
-    One launch per shape instead of one per cell: the control is the whole catalog's cells."""
+    One launch per shape instead of one per cell: the control is the whole catalog's cells.
+    With `affected`, the cells each entry touches (the kill matrix) rather than its selection."""
     start = time.monotonic()
-    selection = " or ".join(f"({bug.select})" for bug in bugs)
+    selection = " or ".join(f"({bug.affected if affected else bug.select})" for bug in bugs)
     with tempfile.TemporaryDirectory(prefix="sensitivity-control-") as tmp:
         workdir = core_copy(Path(tmp))
-        report = _run_cells("control", selection, workdir, timeout_s, keep, isolate=False)
+        report = run_cells("control", selection, workdir, timeout_s, keep, isolate=False)
     statuses = {c["id"]: c["status"] for c in report.get("cells", []) if c.get("status") != "skipped"}
     return Control(statuses, time.monotonic() - start)
 
@@ -92,7 +94,7 @@ def try_bug(bug: Bug, *, timeout_s: float, control: Control, keep: Path | None =
         try:
             patched_copy(bug, workdir)
             _refuse_unproven_before_running(bug, control)
-            report = _run_cells(bug.name, bug.select, workdir, timeout_s, keep)
+            report = run_cells(bug.name, bug.select, workdir, timeout_s, keep)
             verdict, detail, cells = _verdict(bug, report, workdir, control)
         except CatalogError as exc:
             return Trial(bug, "catalog_error", time.monotonic() - start, str(exc))
@@ -119,7 +121,7 @@ def _refuse_unproven_before_running(bug: Bug, control: Control) -> None:
                            f"(unpatched: {', '.join(control.statuses[c] for c in failing)})")
 
 
-def _run_cells(name: str, select: str, workdir: Path, timeout_s: float, keep: Path | None, *,
+def run_cells(name: str, select: str, workdir: Path, timeout_s: float, keep: Path | None, *,
                isolate: bool = True) -> dict[str, Any]:
     report_dir = (keep / name) if keep is not None else workdir / "report"
     env = dict(os.environ)
@@ -170,12 +172,16 @@ def _verdict(bug: Bug, report: dict[str, Any], workdir: Path,
 
 def _closest(cells: list[dict[str, Any]]) -> str:
     """The comparison that came nearest to its tolerance, over every cell that ran."""
+    return max((closest_comparison(cell) for cell in cells), key=lambda found: found[0])[1]
+
+
+def closest_comparison(cell: dict[str, Any]) -> tuple[float, str]:
+    """A cell's comparison that came nearest to its tolerance: (share of tolerance, sentence)."""
     best: tuple[float, str] = (-1.0, "no comparison recorded")
-    for cell in cells:
-        for comparison in cell.get("comparisons", []):
-            used = comparison.get("tolerance_used")
-            if isinstance(used, (int, float)) and used > best[0]:
-                best = (float(used), f"{cell['id']}: {comparison['quantity']} at {used:.0%} of tolerance "
-                        f"(max |diff| {comparison.get('max_abs_diff', float('nan')):.3g}, atol "
-                        f"{comparison.get('atol')}, rtol {comparison.get('rtol')})")
-    return best[1]
+    for comparison in cell.get("comparisons", []):
+        used = comparison.get("tolerance_used")
+        if isinstance(used, (int, float)) and used > best[0]:
+            best = (float(used), f"{cell['id']}: {comparison['quantity']} at {used:.0%} of tolerance "
+                    f"(max |diff| {comparison.get('max_abs_diff', float('nan')):.3g}, atol "
+                    f"{comparison.get('atol')}, rtol {comparison.get('rtol')})")
+    return best

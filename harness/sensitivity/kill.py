@@ -1,0 +1,100 @@
+"""The kill matrix: each catalog entry run on every CPU cell whose code path it touches
+(`Bug.affected`), and judged cell by cell: caught in N of M affected cells.
+
+A trial (harness.sensitivity.trial) asks whether a bug is seen at all, on the entry's smallest
+selection. The kill matrix asks where it is seen: a bug caught on one hand-picked cell and
+missed by the other cells it touches is a weaker net than its "caught" suggests. The affected
+cells run in shared launches (a failing cell is confirmed in a fresh one, as in any run), against
+the same patched copy of the core; only cells that passed in the control (the unpatched copy on
+the union of affected cells) count, and a miss keeps its closest comparison, so that each one can
+be explained.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.sensitivity.bug import Bug, CatalogError, patched_copy
+from harness.sensitivity.trial import JUDGED_FAILURES, Control, closest_comparison, run_cells
+
+
+@dataclass
+class KillRow:
+    """One entry's kill-matrix row: what each affected cell that passed in the control did."""
+
+    bug: Bug
+    caught: list[str] = field(default_factory=list)
+    missed: dict[str, str] = field(default_factory=dict)  # cell -> its closest comparison
+    broke: dict[str, str] = field(default_factory=dict)  # cell -> status and reason (raised, crashed)
+    unproven: list[str] = field(default_factory=list)  # failed or did not run in the control
+    error: str = ""  # a catalog error (the patch did not apply, nothing ran)
+    seconds: float = 0.0
+
+    @property
+    def affected(self) -> int:
+        return len(self.caught) + len(self.missed) + len(self.broke)
+
+    def line(self) -> str:
+        if self.error:
+            return f"{self.bug.name}: CATALOG ERROR {self.error}"
+        text = f"{self.bug.name}: caught in {len(self.caught)} of {self.affected} affected cells"
+        extras = [f"{len(self.broke)} raised or crashed"] if self.broke else []
+        extras += [f"{len(self.unproven)} not counted (did not pass in the control)"] if self.unproven else []
+        return text + (f" ({'; '.join(extras)})" if extras else "") + f", -k {self.bug.affected!r}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.bug.name, "affects": self.bug.affected, "caught": self.caught,
+                "missed": self.missed, "broke": self.broke, "unproven": self.unproven,
+                "error": self.error, "seconds": round(self.seconds, 1)}
+
+
+def judge_cells(bug: Bug, report: dict[str, Any], control: Control) -> KillRow:
+    """Sort the cells of a patched run of `bug`'s affected cells into the row."""
+    row = KillRow(bug)
+    for cell in report.get("cells", []):
+        status = cell.get("status")
+        if status == "skipped":
+            continue
+        if cell["id"] not in control.passed:
+            row.unproven.append(cell["id"])
+        elif status == "failed" and cell.get("failure") in JUDGED_FAILURES:
+            row.caught.append(cell["id"])
+        elif status == "passed":
+            row.missed[cell["id"]] = closest_comparison(cell)[1]
+        else:
+            row.broke[cell["id"]] = f"{status}: {str(cell.get('reason', ''))[:200]}"
+    if not row.affected and not row.unproven:
+        row.error = f"-k {bug.affected!r} ran no cell here"
+    return row
+
+
+def kill_row(bug: Bug, *, timeout_s: float, control: Control, keep: Path | None = None) -> KillRow:
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"kill-{bug.name}-") as tmp:
+        try:
+            workdir = patched_copy(bug, Path(tmp))
+            report = run_cells(f"kill-{bug.name}", bug.affected, workdir, timeout_s, keep, isolate=False)
+            row = judge_cells(bug, report, control)
+        except CatalogError as exc:
+            row = KillRow(bug, error=str(exc))
+    row.seconds = time.monotonic() - start
+    return row
+
+
+def summary_lines(rows: list[KillRow]) -> list[str]:
+    """The kill matrix as text: a line per entry, then every miss with its closest comparison."""
+    lines = [row.line() for row in rows]
+    caught = sum(len(row.caught) for row in rows)
+    affected = sum(row.affected for row in rows)
+    lines.append(f"kill matrix: {len(rows)} entries, caught in {caught} of {affected} affected cells; "
+                 f"entries caught nowhere: {sum(1 for r in rows if not r.caught and not r.error)}")
+    for row in rows:
+        for cell, closest in row.missed.items():
+            lines.append(f"  missed {row.bug.name} on {cell}; closest: {closest}")
+        for cell, why in row.broke.items():
+            lines.append(f"  raised {row.bug.name} on {cell}: {why}")
+    return lines

@@ -1,0 +1,78 @@
+"""The kill matrix (harness/sensitivity/kill.py): each entry's affected cells, judged cell by cell
+from a patched run's report against the control, without launching anything here (the runs it
+judges are `python -m harness run` reports, tested where the runner is)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.sensitivity.bug import Bug
+from harness.sensitivity.catalog import CATALOG, by_name
+from harness.sensitivity.kill import KillRow, judge_cells, summary_lines
+from harness.sensitivity.trial import Control
+from harness.spec.matrix import load_matrix
+from harness.spec.selection import keyword_matches
+
+_BUG = Bug(name="toy", area="ddp", file="strategies/ddp.py", search="a", replace="b",
+           select="regression-cpu2-ddp-fp32", affects="cpu2-ddp", imitates="a toy entry")
+
+
+def _cell(cell_id: str, status: str, failure: str | None = None, used: float = 0.5) -> dict[str, object]:
+    return {"id": cell_id, "status": status, "failure": failure, "reason": f"{cell_id} {status}",
+            "comparisons": [{"quantity": "eval/logits", "tolerance_used": used, "max_abs_diff": 1e-6,
+                             "atol": 1e-5, "rtol": 1.3e-6}]}
+
+
+def test_each_cell_is_caught_missed_broken_or_not_counted() -> None:
+    control = Control({"a-cpu2-ddp-fp32": "passed", "b-cpu2-ddp-fp32": "passed", "c-cpu2-ddp-fp32": "passed",
+                       "d-cpu2-ddp-fp32": "passed", "e-cpu2-ddp-fp32": "xfailed"}, 1.0)
+    report = {"cells": [
+        _cell("a-cpu2-ddp-fp32", "failed", "divergence"),
+        _cell("b-cpu2-ddp-fp32", "failed", "evidence"),
+        _cell("c-cpu2-ddp-fp32", "passed", used=0.73),
+        _cell("d-cpu2-ddp-fp32", "error", "exception"),
+        _cell("e-cpu2-ddp-fp32", "failed", "divergence"),  # failed in the control too: proves nothing
+        _cell("f-cuda2-ddp-fp32", "skipped"),
+    ]}
+    row = judge_cells(_BUG, report, control)
+    assert row.caught == ["a-cpu2-ddp-fp32", "b-cpu2-ddp-fp32"]
+    assert list(row.missed) == ["c-cpu2-ddp-fp32"] and "eval/logits at 73% of tolerance" in row.missed["c-cpu2-ddp-fp32"]
+    assert list(row.broke) == ["d-cpu2-ddp-fp32"] and row.unproven == ["e-cpu2-ddp-fp32"]
+    assert row.affected == 4
+    assert row.line().startswith("toy: caught in 2 of 4 affected cells (1 raised or crashed; 1 not counted")
+    lines = summary_lines([row])
+    assert "kill matrix: 1 entries, caught in 2 of 4 affected cells; entries caught nowhere: 0" in lines
+    assert any(line.startswith("  missed toy on c-cpu2-ddp-fp32; closest: c-cpu2-ddp-fp32: eval/logits")
+               for line in lines)
+
+
+def test_an_entry_caught_nowhere_is_counted_and_a_run_of_nothing_is_a_catalog_error() -> None:
+    control = Control({"a-cpu2-ddp-fp32": "passed"}, 1.0)
+    missed = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "passed")]}, control)
+    assert not missed.caught and not missed.error
+    assert "entries caught nowhere: 1" in summary_lines([missed])[-2]
+    nothing = judge_cells(_BUG, {"cells": [_cell("a-cuda2-ddp-fp32", "skipped")]}, control)
+    assert nothing.error == "-k 'cpu2-ddp' ran no cell here"
+    assert KillRow(_BUG, error="x").line() == "toy: CATALOG ERROR x"
+
+
+def test_an_entry_without_affects_is_judged_on_its_selection() -> None:
+    bug = Bug(name="toy", area="ddp", file="f.py", search="a", replace="b", select="x-cpu1-single-fp32",
+              imitates="t")
+    assert bug.affected == "x-cpu1-single-fp32"
+
+
+@pytest.mark.parametrize("bug", [b for b in CATALOG if b.affects], ids=lambda b: b.name)
+def test_the_affected_cells_hold_the_entrys_own_selection_and_are_cpu_cells(bug: Bug) -> None:
+    """A kill row must include the cell its trial is caught on, and stays on CPU cells (a GPU cell
+    would only be skipped here)."""
+    cells = load_matrix().all_cells()
+    selected = {c.id for c in cells if keyword_matches(c, bug.select)}
+    affected = {c.id for c in cells if keyword_matches(c, bug.affects)}
+    assert selected and selected <= affected, sorted(selected - affected)
+    assert all(c.device == "cpu" for c in cells if c.id in affected)
+
+
+def test_the_data_order_entries_touch_every_cpu_cell_of_the_shuffling_task() -> None:
+    assert {b.affected for b in by_name(["shuffle_order_repeats_every_epoch",
+                                         "shuffle_seeded_with_seed_plus_epoch"])} == {"shuffle and cpu"}
