@@ -36,7 +36,8 @@ def test_each_cell_is_caught_missed_broken_or_not_counted() -> None:
     ]}
     row = judge_cells(_BUG, report, control)
     assert row.caught == ["a-cpu2-ddp-fp32", "b-cpu2-ddp-fp32"]
-    assert list(row.missed) == ["c-cpu2-ddp-fp32"] and "eval/logits at 73% of tolerance" in row.missed["c-cpu2-ddp-fp32"]
+    assert list(row.missed) == ["c-cpu2-ddp-fp32"]
+    assert "eval/logits at 73% of tolerance" in row.missed["c-cpu2-ddp-fp32"]
     assert list(row.broke) == ["d-cpu2-ddp-fp32"] and row.unproven == ["e-cpu2-ddp-fp32"]
     assert row.affected == 4
     assert row.line().startswith("toy: caught in 2 of 4 affected cells (1 raised or crashed; 1 not counted")
