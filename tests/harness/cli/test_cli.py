@@ -3,11 +3,15 @@
 The commands run in this process (harness.cli.main.main, through run_harness_in_process: the
 exit status, stdout and stderr a subprocess would give; every launch a real torchrun), except
 where the process is the point: `python -m harness list` in a pipe. Runs are shared within the
-module, so the module makes four launches where it made seven:
+module, so the module makes four launches, which also serve the determinism check of
+faults/test_atomic_and_determinism.py and the NaN canary of faults/test_canaries.py (each of
+which made two launches of its own):
 - `default_runs`: the same `run` twice without --report-dir, in a folder of its own (two
-  launches). The second run's report is what test_run_writes_every_report... reads; the first
-  run's folder is where the refusal and --overwrite are tried (no launch); a copy of the second
-  run's report is what --last-failed resumes.
+  launches of regression-cpu2-ddp-fp32), the second with --compare-records of the first. The
+  second run's report is what test_run_writes_every_report... reads; the two runs' records are
+  what test_same_cpu_fp32_cell_twice_is_bit_identical compares; a copy of the first run's
+  folder is where the refusal and --overwrite are tried (no launch); a copy of the second run's
+  report is what --last-failed resumes.
 - `last_failed`: that --last-failed run, whose one cell to run is the NaN canary alone in a
   launch (then its confirming rerun): exactly the run faults/test_canaries.py made for the NaN
   canary, so that verdict through the CLI is judged here now
@@ -40,9 +44,14 @@ def _ds() -> bool:
     return is_deepspeed_available()
 
 
+# The CPU cell the default runs run (two processes: DDP): what the determinism check runs twice.
+CPU_CELL = "regression-cpu2-ddp-fp32"
+
+
 @dataclass
 class DefaultRuns:
-    """Two runs of the same command without --report-dir, in `folder` (their cwd)."""
+    """Two runs of the same command without --report-dir, in `folder` (their cwd); the second
+    also compares its records with the first's (--compare-records)."""
 
     folder: Path
     matrix: Path
@@ -50,23 +59,30 @@ class DefaultRuns:
     second: subprocess.CompletedProcess[str]
 
     def report_dir(self, done: subprocess.CompletedProcess[str]) -> Path:
-        """The folder a run chose for itself, from its last line (`report: DIR/report.html`)."""
-        lines = [line for line in done.stdout.splitlines() if line.startswith("report: ")]
-        assert lines, f"the run printed no `report:` line\n{output_tail(done)}"
-        return self.folder / Path(lines[-1].removeprefix("report: ")).parent
+        return chosen_report_dir(self.folder, done)
+
+
+def chosen_report_dir(cwd: Path, done: subprocess.CompletedProcess[str]) -> Path:
+    """The folder a run in `cwd` chose for itself, from its last line (`report: DIR/report.html`)."""
+    lines = [line for line in done.stdout.splitlines() if line.startswith("report: ")]
+    assert lines, f"the run printed no `report:` line\n{output_tail(done)}"
+    return cwd / Path(lines[-1].removeprefix("report: ")).parent
 
 
 @pytest.fixture(scope="module")
 def default_runs(tmp_path_factory: pytest.TempPathFactory) -> DefaultRuns:
     """`run` twice, the same command, without --report-dir: each must make its own folder under
-    reports/runs/. The selection is a CPU cell that runs and a CUDA cell that is skipped here."""
+    reports/runs/. The selection is a CPU cell that runs and a CUDA cell that is skipped here.
+    The second run adds --compare-records of the first run's folder: the same cell run twice
+    must give bit-identical records (test_same_cpu_fp32_cell_twice_is_bit_identical)."""
     folder = tmp_path_factory.mktemp("default-runs")
     matrix = write_matrix(folder)
-    args = ("run", "--matrix", str(matrix), "-k", "cpu1 or cuda", "--env-name",
+    args = ("run", "--matrix", str(matrix), "-k", f"{CPU_CELL} or cuda", "--env-name",
             "deepspeed" if _ds() else "nodeepspeed", "-q")
     env = {"PYTHONPATH": str(REPO_ROOT)}  # the launches start in `folder`, outside the repository
     first = run_harness_in_process(*args, cwd=folder, env=env)
-    second = run_harness_in_process(*args, cwd=folder, env=env)
+    second = run_harness_in_process(*args, "--compare-records", str(chosen_report_dir(folder, first)),
+                                    cwd=folder, env=env)
     return DefaultRuns(folder, matrix, first, second)
 
 
@@ -94,22 +110,42 @@ def test_run_writes_every_report_and_exits_0_when_nothing_failed(default_runs: D
     for name in ("report.json", "junit.xml", "report.md", "report.html"):
         assert (report_dir / name).stat().st_size > 0
     cells = cells_by_id(report_dir)
-    assert cells["regression-cpu1-single-fp32"]["status"] == "passed"
+    assert cells[CPU_CELL]["status"] == "passed"
     assert cells["regression-cuda2-ddp-fp32"]["status"] == "skipped"
-    assert cells["regression-cpu1-single-fp32"]["environment"] in ("deepspeed", "nodeepspeed")
+    assert cells[CPU_CELL]["environment"] in ("deepspeed", "nodeepspeed")
+
+
+@pytest.mark.slow
+def test_same_cpu_fp32_cell_twice_is_bit_identical(default_runs: DefaultRuns) -> None:
+    """(From faults/test_atomic_and_determinism.py, which ran the cell twice itself.) The same
+    CPU fp32 cell, run twice, writes byte-identical records, and the second run, given the first
+    run's folder with --compare-records, reports the cell bit-identical to it."""
+    first, second = default_runs.first, default_runs.second
+    assert first.returncode == 0, output_tail(first)
+    assert second.returncode == 0, output_tail(second)
+    first_dir, second_dir = default_runs.report_dir(first), default_runs.report_dir(second)
+    assert first_dir.resolve() != second_dir.resolve()
+    bytes_first = (first_dir / "records" / f"{CPU_CELL}.safetensors").read_bytes()
+    bytes_second = (second_dir / "records" / f"{CPU_CELL}.safetensors").read_bytes()
+    assert bytes_first == bytes_second
+    reported = cells_by_id(second_dir)[CPU_CELL]
+    cross = next(c for c in reported["comparisons"] if c["quantity"] == "cross_environment")
+    assert cross["ok"] and "bit-identical" in reported["extra"]["cross_environment"]
+    assert_no_leftovers(str(default_runs.folder))
 
 
 @pytest.fixture(scope="module")
 def last_failed(
     default_runs: DefaultRuns, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """--last-failed on a copy of the second default run's report dir (regression cpu1 passed
-    there), selecting that cell and the NaN canary: only the canary runs."""
+    """--last-failed on a copy of the second default run's report dir (CPU_CELL passed there),
+    selecting that cell and the NaN canary: only the canary runs."""
     first = default_runs.second
     assert first.returncode == 0, f"the run --last-failed resumes failed\n{output_tail(first)}"
     report_dir = tmp_path_factory.mktemp("last-failed") / "r"
     shutil.copytree(default_runs.report_dir(first), report_dir)
-    again = run_harness_in_process("run", "--matrix", str(default_runs.matrix), "-k", "cpu1 or canary_nan",
+    selection = f"{CPU_CELL} or canary_nan"
+    again = run_harness_in_process("run", "--matrix", str(default_runs.matrix), "-k", selection,
                                    "--last-failed", "--report-dir", str(report_dir))
     return report_dir, again
 
@@ -118,7 +154,7 @@ def test_last_failed_reruns_only_failures(last_failed: tuple[Path, subprocess.Co
     report_dir, again = last_failed
     assert "resume: 1 cell(s) kept" in again.stdout and "1 to run" in again.stdout, output_tail(again)
     assert again.returncode == 1, output_tail(again)  # the NaN canary fails
-    assert set(cells_by_id(report_dir)) == {"regression-cpu1-single-fp32", "canary_nan-cpu1-single-fp32"}
+    assert set(cells_by_id(report_dir)) == {CPU_CELL, "canary_nan-cpu1-single-fp32"}
 
 
 @pytest.mark.slow
@@ -153,7 +189,7 @@ def test_list_behaves_in_a_pipe(reader: str) -> None:
     assert done.stdout.strip() and done.returncode in (0, 141)
 
 
-def test_a_run_never_silently_replaces_an_earlier_report(default_runs: DefaultRuns) -> None:
+def test_a_run_never_silently_replaces_an_earlier_report(default_runs: DefaultRuns, tmp_path: Path) -> None:
     # Without --report-dir: a new folder per run, reports/latest pointing at the newest.
     first, second = default_runs.first, default_runs.second
     assert first.returncode == second.returncode == 0, output_tail(first) + output_tail(second)
@@ -161,16 +197,18 @@ def test_a_run_never_silently_replaces_an_earlier_report(default_runs: DefaultRu
     assert len(runs) == 2 and all((run / "report.json").is_file() for run in runs)
     assert (default_runs.folder / "reports" / "latest").resolve() == runs[-1].resolve()
     assert default_runs.report_dir(second).resolve() == runs[-1].resolve()  # the newest is the second's
-    # With --report-dir holding an earlier report: refused (exit 2, report intact) ...
+    # With --report-dir holding an earlier report (a copy of the first run's folder: the shared
+    # runs stay as they are for the other tests): refused (exit 2, report intact) ...
     matrix = str(default_runs.matrix)
-    before = (runs[0] / "report.json").read_text()
-    refused = run_harness_in_process("run", "--matrix", matrix, "-k", "regression and cpu1", "--report-dir",
-                                     str(runs[0]))
+    earlier = tmp_path / runs[0].name
+    shutil.copytree(runs[0], earlier)
+    before = (earlier / "report.json").read_text()
+    refused = run_harness_in_process("run", "--matrix", matrix, "-k", CPU_CELL, "--report-dir", str(earlier))
     assert refused.returncode == 2 and "holds the report of an earlier run (1 passed" in refused.stderr
-    assert "--overwrite" in refused.stderr and (runs[0] / "report.json").read_text() == before
+    assert "--overwrite" in refused.stderr and (earlier / "report.json").read_text() == before
     # ... unless asked to replace it. (A selection that launches nothing, hence --allow-empty: what
     # is shown is that --overwrite lets the run go ahead and its report replaces the earlier one.)
     replaced = run_harness_in_process("run", "--matrix", matrix, "-k", "regression and cuda", "--report-dir",
-                                      str(runs[0]), "--overwrite", "--allow-empty")
+                                      str(earlier), "--overwrite", "--allow-empty")
     assert replaced.returncode == 0, replaced.stderr
-    assert set(cells_by_id(runs[0])) == {"regression-cuda2-ddp-fp32"}
+    assert set(cells_by_id(earlier)) == {"regression-cuda2-ddp-fp32"}

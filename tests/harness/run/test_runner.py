@@ -1,4 +1,10 @@
-"""The runner for real: torchrun launches shared by cells of one shape, judged against goldens."""
+"""The runner for real: torchrun launches shared by cells of one shape, judged against goldens.
+
+Every test but the --isolate one reads one grouped run (`grouped_outcome`: five launches) of
+the cells in IDS, the crash canary among them: its verdict (crashed, the dying rank's tail, the
+rest of its group in a fresh launch) is judged here, on that run, instead of in a launch of its
+own (moved from faults/test_canaries.py).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.layout.launch_dir import LaunchDir
 from harness.layout.report_dir import ReportDir
 from harness.run.runner import RunOptions, RunOutcome, launch_group_key, run_cells, run_outcome
 from harness.spec.cell import Cell
@@ -26,6 +33,7 @@ IDS = [
     "canary_nan-cpu1-single-fp32",  # fails its comparison: the launch goes on; confirmed by a rerun
     "regression-cpu1-single-fp32",
     "dropout-cpu1-single-fp32",  # draws random numbers in training; one process: matches the golden
+    "canary_crash-cpu2-ddp-fp32",  # rank 1 dies: `crashed`; ends its launch, the rest runs afresh
     "regression-cpu2-ddp-fp32",
     "dropout-cpu2-ddp-fp32",  # two processes: failed for its randomness (declared expected: xfailed)
     "regression-cuda2-ddp-fp32",  # no CUDA here: skipped with a sentence
@@ -70,6 +78,7 @@ def test_every_requested_cell_has_a_result_in_order(grouped: tuple[Path, list[Ce
         "canary_nan-cpu1-single-fp32": (Status.FAILED, Failure.DIVERGENCE),
         "regression-cpu1-single-fp32": (Status.PASSED, None),
         "dropout-cpu1-single-fp32": (Status.PASSED, None),
+        "canary_crash-cpu2-ddp-fp32": (Status.CRASHED, None),
         "regression-cpu2-ddp-fp32": (Status.PASSED, None),
         "dropout-cpu2-ddp-fp32": (Status.XFAILED, Failure.RANDOMNESS),
         "regression-cuda2-ddp-fp32": (Status.SKIPPED, None),
@@ -85,8 +94,9 @@ def test_only_an_exception_ends_a_launch_and_divergences_are_rerun(
     launches = sorted(p.name for p in (report_dir / "launches").iterdir())
     # cpu1: launch 1 ends with the raising cell; launch 2 runs every other cpu1 cell, the failing
     # ones included; one rerun launch holds the two divergences (canary_leak first, so alone).
-    # The unknown task never launched. cpu2: one launch (randomness is not rerun).
-    assert launches == ["cpu1-001", "cpu1-002", "cpu1-rerun-001", "cpu2-001"]
+    # The unknown task never launched. cpu2: launch 1 ends with the crash, launch 2 runs the rest
+    # (randomness is not rerun; test_crash_fails_its_cell... reads those two).
+    assert launches == ["cpu1-001", "cpu1-002", "cpu1-rerun-001", "cpu2-001", "cpu2-002"]
     plan = (report_dir / "launches" / "cpu1-002" / "plan.json").read_text()
     assert "canary_raise" not in plan and "canary_nan" in plan and "dropout-cpu1-single-fp32" in plan
     rerun_plan = json.loads((report_dir / "launches" / "cpu1-rerun-001" / "plan.json").read_text())
@@ -145,12 +155,12 @@ def test_randomness_in_training_is_detected_and_fails_multi_process_cells(
 
 def test_startup_is_measured_apart_from_the_cells(grouped_outcome: tuple[Path, RunOutcome, Recorder]) -> None:
     report_dir, outcome, _ = grouped_outcome
-    assert outcome.startup is not None and outcome.startup.launches == 4
+    assert outcome.startup is not None and outcome.startup.launches == 5
     per_launch = {str(entry["launch"]): entry for entry in outcome.startup.per_launch}
     assert all(float(str(entry["startup_s"])) > 0 and float(str(entry["warm_up_s"])) > 0
                for entry in per_launch.values())
     assert outcome.startup.deepspeed_ops_s is None  # no DeepSpeed cell: no op built
-    assert "start-up: 4 launch(es)" in outcome.startup.line()
+    assert "start-up: 5 launch(es)" in outcome.startup.line()
     # The report dir keeps the documented copy: the same figures the run returned.
     assert json.loads(ReportDir(report_dir).startup.read_text(encoding="utf-8")) == outcome.startup.to_json()
 
@@ -160,6 +170,34 @@ def test_nan_canary_diagnosis_names_the_step(grouped: tuple[Path, list[CellResul
     assert "NaN first at step 4" in nan.reason
     losses = nan.extra["losses"]
     assert all(x == x for x in losses[:4]) and losses[4] != losses[4]  # finite, then NaN at step 4
+
+
+def test_crash_fails_its_cell_with_the_dying_ranks_tail_and_the_rest_runs_afresh(
+    grouped: tuple[Path, list[CellResult], Recorder],
+) -> None:
+    """(From faults/test_canaries.py, whose own launch of the crash canary and one cell after it
+    this run now holds.) A rank that dies fails its cell as `crashed`, with that rank's tail, in
+    bounded time; the cells after it in its launch run in a fresh one and pass."""
+    report_dir, results, _ = grouped
+    by_id = {r.id: r for r in results}
+    crash, after = by_id["canary_crash-cpu2-ddp-fp32"], by_id["regression-cpu2-ddp-fp32"]
+    assert crash.status == Status.CRASHED
+    assert crash.reason.startswith("rank 1 died (exit code 13)")
+    assert "canary_crash: rank 1 dies now, at training step 3" in crash.detail  # the tail of rank 1
+    assert after.status == Status.PASSED  # the next cell ran, in a fresh launch:
+    launches = report_dir / "launches"
+    assert sorted(p.name for p in launches.iterdir() if p.name.startswith("cpu2")) == ["cpu2-001", "cpu2-002"]
+    planned = {name: [c["id"] for c in LaunchDir(launches / name).read_plan()["cells"]]
+               for name in ("cpu2-001", "cpu2-002")}
+    assert planned == {"cpu2-001": ["canary_crash-cpu2-ddp-fp32", after.id, "dropout-cpu2-ddp-fp32"],
+                       "cpu2-002": [after.id, "dropout-cpu2-ddp-fp32"]}
+    # Bounded: torchrun stops rank 0 as soon as rank 1 is gone. From the crash launch's start to
+    # the next cell's result in the fresh launch, as the canary's own run (then both launches
+    # whole) was bounded; a rank 0 left waiting would have run into the 90 s timeout.
+    started = LaunchDir(launches / "cpu2-001").plan.stat().st_mtime
+    finished = LaunchDir(launches / "cpu2-002").finished(after.id).stat().st_mtime
+    assert finished - started < 90
+    assert_no_leftovers(str(report_dir))
 
 
 def test_cross_environment_check_is_bitwise(
