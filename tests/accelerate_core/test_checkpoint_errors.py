@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from accelerate_core import Accelerator
-from accelerate_core.checkpoint import CheckpointError
+from accelerate_core.checkpoint import FORMAT_VERSION, CheckpointError
 from tests.accelerate_core.scripts.checkpoint_task import GAS, Net, Pairs, make_objects
 
 CORE = Path(__file__).resolve().parents[2] / "accelerate_core"
@@ -111,9 +111,9 @@ def test_a_damaged_file_is_refused(tmp_path: Path) -> None:
 def test_a_newer_format_version_is_refused(tmp_path: Path) -> None:
     directory = _trained(tmp_path)
     manifest = json.loads((directory / "manifest.json").read_text())
-    manifest["format_version"] = 3
+    manifest["format_version"] = FORMAT_VERSION + 1
     (directory / "manifest.json").write_text(json.dumps(manifest))
-    _refused(directory, "format_version is 3")
+    _refused(directory, f"format_version is {FORMAT_VERSION + 1}")
 
 
 def test_another_model_is_refused_naming_the_difference(tmp_path: Path) -> None:

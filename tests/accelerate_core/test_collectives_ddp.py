@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from tests.accelerate_core.shared_launch import LaunchPart, Scenario
 
@@ -47,12 +48,18 @@ def test_rank_zero_takes_the_first_block_of_each_global_batch(seen: dict[str, An
     assert seen["rank_batches"] == expected
 
 
-def test_shuffled_loader_is_complete_seeded_and_epoch_dependent(seen: dict[str, Any]) -> None:
-    for key in ("shuffled_epoch0", "shuffled_epoch1"):
+def test_shuffled_loader_gives_the_plain_dataloaders_order_pass_after_pass(seen: dict[str, Any]) -> None:
+    """Gathered over both ranks, each pass is the order the same DataLoader gives in plain PyTorch
+    on one process in that pass; set_epoch(0) only relabels the epoch (a RandomSampler has no
+    epoch: the third pass is the generator's third draw)."""
+    plain = DataLoader(range(37), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(7))
+    passes = [[int(i) for batch in plain for i in batch] for _ in range(3)]
+    for key in ("shuffled_epoch0", "shuffled_epoch1", "shuffled_again_epoch0"):
         assert sorted(seen[key]) == list(range(37))
-    assert seen["shuffled_epoch0"] == torch.randperm(37, generator=torch.Generator().manual_seed(7)).tolist()
-    assert seen["shuffled_epoch1"] == torch.randperm(37, generator=torch.Generator().manual_seed(8)).tolist()
-    assert seen["shuffled_again_epoch0"] == seen["shuffled_epoch0"]
+    assert seen["shuffled_epoch0"] == passes[0]
+    assert seen["shuffled_epoch1"] == passes[1]
+    assert seen["shuffled_again_epoch0"] == passes[2]
+    assert len({tuple(p) for p in passes}) == 3
 
 
 def test_dataset_smaller_than_one_global_batch(seen: dict[str, Any]) -> None:

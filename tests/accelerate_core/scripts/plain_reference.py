@@ -1,9 +1,10 @@
 """The same training as mission_loop.py in plain single-process PyTorch (nothing from the core).
 
-One process trains on the global batches the N ranks would see together: the order is the
-documented sharding rule (a permutation of the train set seeded with SHUFFLE_SEED + epoch; a
-short last global batch filled by wrapping to the start of the order), re-implemented here from
-that description. fp16 uses torch.autocast + torch.amp.GradScaler, bf16 autocast only.
+One process trains on the global batches the N ranks would see together: each epoch's order is the
+one a plain `DataLoader(shuffle=True, generator=torch.Generator().manual_seed(SHUFFLE_SEED))`
+gives in that pass (torch's own draws: nothing here knows how the core shards), and a short last
+global batch is filled by wrapping to the start of that order (the documented sharding rule).
+fp16 uses torch.autocast + torch.amp.GradScaler, bf16 autocast only.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader
 
 from tests.accelerate_core.scripts.task import (
     EVAL_DATA_SEED,
@@ -27,9 +29,16 @@ from tests.accelerate_core.scripts.task import (
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def epoch_order(num_samples: int, global_batch: int, epoch: int) -> list[int]:
+    """The sample order of pass `epoch` of the plain shuffling DataLoader mission_loop.py builds."""
+    loader = DataLoader(range(num_samples), batch_size=global_batch, shuffle=True,
+                        generator=torch.Generator().manual_seed(SHUFFLE_SEED))
+    passes = [[int(i) for batch in loader for i in batch] for _ in range(epoch + 1)]
+    return passes[epoch]
+
+
 def global_batches(num_samples: int, global_batch: int, epoch: int) -> list[list[int]]:
-    generator = torch.Generator().manual_seed(SHUFFLE_SEED + epoch)
-    order = torch.randperm(num_samples, generator=generator).tolist()
+    order = epoch_order(num_samples, global_batch, epoch)
     batches = []
     for start in range(0, num_samples, global_batch):
         batch = order[start:start + global_batch]
