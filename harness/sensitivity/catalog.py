@@ -287,7 +287,7 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="        for optimizer in self._optimizers:\n            self.precision.unscale_(optimizer)\n",
         replace="",
         select="clip_norm-cpu1-single-fp16",
-        affects="clip_norm-cpu1-single",
+        affects="clip_norm-cpu1-single-fp16",  # the only path with a loss scale to unscale
         imitates="clipping fp16 gradients still multiplied by the loss scale (the mistake torch's "
                  "AMP docs warn of: unscale_ before clip_grad_norm_)",
     ),
