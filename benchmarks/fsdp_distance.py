@@ -18,6 +18,7 @@ import math
 import sys
 from pathlib import Path
 
+from harness.layout.report_dir import ReportDir
 from harness.spec.cell import Cell
 from harness.spec.matrix import load_matrix
 from harness.truth.compare import compare_record
@@ -34,10 +35,11 @@ TOLERANCED = ("losses", "eval/", "state_dict/")
 def distances(report_dir: Path) -> tuple[dict[tuple[str, str], dict[str, float]],
                                           dict[tuple[str, str], dict[str, tuple[float, str]]]]:
     matrix = load_matrix()
-    statuses = {c["id"]: c["status"] for c in json.loads((report_dir / "report.json").read_text())["cells"]}
+    report = ReportDir(report_dir)
+    statuses = {c["id"]: c["status"] for c in json.loads(report.report_json.read_text())["cells"]}
     diffs: dict[tuple[str, str], dict[str, float]] = {}
     shares: dict[tuple[str, str], dict[str, tuple[float, str]]] = {}
-    for path in sorted((report_dir / "records").glob("*.json")):
+    for path in sorted(report.records.glob("*.json")):
         try:
             cell = Cell.from_id(path.stem)
         except ValueError:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+from harness.layout.report_dir import ReportDir  # noqa: E402
 from harness.paths import GOLDEN_DIR, MATRIX_PATH  # noqa: E402 - after the path is set
 
 MODES = ("grouped", "failing", "isolate")
@@ -69,7 +70,7 @@ def bf16_failing_matrix(source: Path, folder: Path) -> Path:
 
 
 def read_report(report_dir: Path) -> dict[str, object]:
-    return dict(json.loads((report_dir / "report.json").read_text()))
+    return dict(json.loads(ReportDir(report_dir).report_json.read_text()))
 
 
 def main() -> int:
@@ -92,7 +93,7 @@ def main() -> int:
             times[mode] = timed_run(report_dir, args.keyword, args.markexpr, matrix, mode == "isolate")
             report = read_report(report_dir)
             counts = {k: v for k, v in dict(report["summary"]).items() if v}  # type: ignore[call-overload]
-            launches = len(list((report_dir / "launches").iterdir()))
+            launches = len(list(ReportDir(report_dir).launches.iterdir()))
             startup = dict(report["environment"]).get("startup") or {}  # type: ignore[call-overload]
             print(f"{mode:<8} {times[mode]:7.1f} s  {report['total']} cells  {launches} launches  "
                   f"start-up {startup.get('total_s', '?')} s  {counts}", flush=True)

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.layout.report_dir import ReportDir
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -40,7 +42,7 @@ def timed_run(tree: Path, report_dir: Path, extra: list[str]) -> float:
 def floor_line(report_dir: Path) -> list[str]:
     """The profile of this checkout's last run and its floor (its cells' set-up and training,
     spread over the launches that run side by side, plus the longest start-up)."""
-    startup = json.loads((report_dir / "startup.json").read_text())
+    startup = json.loads(ReportDir(report_dir).startup.read_text())
     profile = startup.get("profile", {})
     parts = profile.get("seconds", {})
     lines = [f"  {seconds:8.2f} s  {name}" for name, seconds in sorted(parts.items(), key=lambda p: -p[1])]

@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.layout.report_dir import ReportDir
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 TIMEOUT_S = 120
 
@@ -52,14 +54,14 @@ def command(browser: str, page: Path, out: Path, window_size: str, profile: Path
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dir", type=Path, metavar="DIR", help="a report dir (holds report.html)")
+    parser.add_argument("dir", type=Path, metavar="DIR", help=f"a report dir (holds {ReportDir.REPORT_HTML})")
     parser.add_argument("out", type=Path, metavar="OUT.png")
     parser.add_argument("--window-size", default="1400,2000", metavar="W,H", help="default 1400,2000")
     parser.add_argument("--browser", default=None, help="the Chromium executable (default: found on PATH)")
     args = parser.parse_args(argv)
-    page = args.dir / "report.html"
+    page = ReportDir(args.dir).report_html
     if not page.is_file():
-        print(f"error: {page}: no report.html there. Valid: a report dir of `python -m harness run` or "
+        print(f"error: {page}: no {page.name} there. Valid: a report dir of `python -m harness run` or "
               "`python -m harness report merge`. Fix: pass the directory the report was written to",
               file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from harness.calibrate.noise import atol_needed, relative_difference
+from harness.layout.report_dir import ReportDir
 from harness.spec.cell import Cell
 from harness.spec.matrix import load_matrix
 from harness.spec.tolerances import FAMILIES
@@ -36,9 +37,9 @@ def needs(report_dirs: list[Path]) -> tuple[dict[Key, tuple[float, str]], dict[K
     relative: dict[Key, float] = {}
     paths = []
     for report_dir in report_dirs:
-        report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
+        report = json.loads(ReportDir(report_dir).report_json.read_text(encoding="utf-8"))
         passed = {c["id"] for c in report["cells"] if c["status"] == "passed"}
-        paths += [p for p in sorted((report_dir / "records").glob("*.json")) if p.stem in passed]
+        paths += [p for p in sorted(ReportDir(report_dir).records.glob("*.json")) if p.stem in passed]
     for path in paths:
         try:
             cell = Cell.from_id(path.stem)

@@ -89,8 +89,12 @@ class ReportDir:
                 (records_dir / (stem + suffix)).unlink(missing_ok=True)
 
     # Launch directories and script mode's folders.
+    @property
+    def launches(self) -> Path:
+        return self.root / "launches"
+
     def launch_dir(self, name: str) -> Path:
-        return self.root / "launches" / name
+        return self.launches / name
 
     def cell_dir(self, cell_id: str) -> Path:
         return self.root / "cells" / cell_id

@@ -1,6 +1,7 @@
 """Each file name of the launch directory and of the report folder is spelled in its layout
-module only (harness/layout/): anywhere else in the harness a path is asked of LaunchDir or
-ReportDir, so a name cannot drift between the side that writes a file and the side that reads it.
+module only (harness/layout/): anywhere else in the harness and the benchmark scripts a path is
+asked of LaunchDir or ReportDir, so a name cannot drift between the side that writes a file and
+the side that reads it.
 
 Read from the source (ast): string constants, the constant parts of f-strings, and the operands
 of `path / "name"`; docstrings and comments are prose and may name files."""
@@ -74,7 +75,9 @@ def spellings(source: str) -> list[tuple[int, str]]:
 
 
 def _harness_modules() -> list[Path]:
-    return sorted(p for p in (REPO_ROOT / "harness").rglob("*.py") if p.parent != LAYOUT)
+    """The harness and the benchmark scripts (they read the same report folders)."""
+    harness = (p for p in (REPO_ROOT / "harness").rglob("*.py") if p.parent != LAYOUT)
+    return sorted([*harness, *(REPO_ROOT / "benchmarks").glob("*.py")])
 
 
 @pytest.mark.parametrize("path", _harness_modules(), ids=lambda p: str(p.relative_to(REPO_ROOT)))
