@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -22,9 +23,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from accelerate_core.recording import RECORD_DIR_VARIABLE, RECORD_FILE
 from harness.spec.cell import CORE, Cell
@@ -89,13 +92,36 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+# Accelerate's launcher binds --main_process_port itself, after its own check that the port is
+# free (it takes torchrun's standalone mode, port 0, only when the check finds it taken): a
+# port picked here can still be taken in between. Such a launch fails before any rank trained,
+# saying so in these words (torch's TCPStore, errno EADDRINUSE), and is relaunched on a new port.
+PORT_TAKEN = re.compile(r"address already in use|EADDRINUSE", re.IGNORECASE)
+PORT_ATTEMPTS = 3
+SHIM_PREFIX = "harness-accelerate-shim-"  # + the harness's pid + "-" + a random part
+
+
+def remove_orphaned_shims(folder: Path | None = None) -> list[Path]:
+    """Remove the shim directories of harness processes that died without their `finally`
+    (SIGKILL); returns what it removed. A directory's pid names the process that owns it."""
+    removed = []
+    for path in Path(folder or tempfile.gettempdir()).glob(f"{SHIM_PREFIX}*-*"):
+        pid = path.name[len(SHIM_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 @contextlib.contextmanager
 def accelerate_shim(variable: str) -> Iterator[Path]:
-    """A temporary directory holding the recording shim's `sitecustomize.py`; deleted on exit."""
+    """A temporary directory holding the recording shim's `sitecustomize.py`; deleted on exit,
+    and by the next shim's start when a SIGKILL left it behind."""
     from harness.script.accelerate_site import SITECUSTOMIZE
 
     root = str(Path(__file__).resolve().parent.parent.parent)  # the project: harness, accelerate_core
-    directory = Path(tempfile.mkdtemp(prefix="harness-accelerate-shim-"))
+    remove_orphaned_shims()
+    directory = Path(tempfile.mkdtemp(prefix=f"{SHIM_PREFIX}{os.getpid()}-"))
     try:
         (directory / "sitecustomize.py").write_text(SITECUSTOMIZE.format(variable=variable, root=root),
                                                     encoding="utf-8")
@@ -114,15 +140,17 @@ def run_script_cell(cell: Cell, script: Path, arguments: list[str], cell_dir: Pa
         # Accelerate's own launcher, with a config of the harness's (not the user's default).
         config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: 'NO'\n", encoding="utf-8")
         env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_")}
-        flags, extra = accelerate_launch_flags(cell, _free_port())
-        env.update(extra)
         env.update({RECORD_DIR_VARIABLE: str(record_dir), "PYTHONUNBUFFERED": "1"})
         env.setdefault("OMP_NUM_THREADS", "1")
         with accelerate_shim(RECORD_DIR_VARIABLE) as shim:
             env["PYTHONPATH"] = os.pathsep.join([str(shim), *filter(None, [env.get("PYTHONPATH")])])
-            command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
-                       *flags, str(script), *arguments]
-            return _launch(cell, command, env, cell_dir, record_dir, timeout_s)
+
+            def on_port(port: int) -> tuple[list[str], dict[str, str]]:
+                flags, extra = accelerate_launch_flags(cell, port)
+                return ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+                         *flags, str(script), *arguments], {**env, **extra})
+
+            return launch_on_a_free_port(cell, on_port, cell_dir, record_dir, timeout_s)
     config.write_text("version: 1\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_CORE_")}
     env.update({RECORD_DIR_VARIABLE: str(record_dir), "ACCELERATE_CORE_CONFIG_FILE": str(config),
@@ -133,14 +161,32 @@ def run_script_cell(cell: Cell, script: Path, arguments: list[str], cell_dir: Pa
     return _launch(cell, command, env, cell_dir, record_dir, timeout_s)
 
 
+def launch_on_a_free_port(cell: Cell, on_port: Callable[[int], tuple[list[str], dict[str, str]]],
+                          cell_dir: Path, record_dir: Path, timeout_s: float) -> ScriptLaunch:
+    """Launch `on_port(port)`'s command on a free port; when its port was taken before the
+    launcher bound it (PORT_TAKEN in its output), relaunch on another, PORT_ATTEMPTS in all. The
+    log of the launch judged says what happened to the attempts before it."""
+    notes: list[str] = []
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        port = _free_port()
+        command, env = on_port(port)
+        launch = _launch(cell, command, env, cell_dir, record_dir, timeout_s, notes)
+        if launch.returncode in (0, None) or not PORT_TAKEN.search(launch.output_tail(200)):
+            return launch
+        notes.append(f"# attempt {attempt}: port {port} was taken before the launcher bound it; relaunched")
+    return launch
+
+
 def _launch(cell: Cell, command: list[str], env: dict[str, str], cell_dir: Path, record_dir: Path,
-            timeout_s: float) -> ScriptLaunch:
+            timeout_s: float, notes: list[str] | None = None) -> ScriptLaunch:
     log = cell_dir / "output.log"
     start = time.monotonic()
     with open(log, "wb") as out:
         shim = cell.implementation != CORE and "PYTHONPATH" in env  # where the recording shim was
         shown = [f"PYTHONPATH={env['PYTHONPATH']}"] if shim else []
         out.write(("$ " + " ".join([*shown, *command]) + "\n").encode())
+        for note in notes or []:  # what happened to the attempts before this one
+            out.write((note + "\n").encode())
         out.flush()
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
