@@ -14,11 +14,12 @@ from collections.abc import Collection
 from pathlib import Path
 
 from harness.errors import UsageError, explain
-from harness.spec.cell import CORE, TASK_NAME, Cell
+from harness.spec.cell import CORE, DEVICES, PRECISIONS, STRATEGIES, TASK_NAME, Cell
 from harness.spec.matrix import Matrix
 
 DEFAULT_REFERENCE = "cpu1-single"  # at the cell's own precision; "cpu1-single-fp32" pins one
-_SHAPE = re.compile(r"^(cpu|cuda)[0-9]+-(single|ddp|zero1|zero2|zero3)(-(fp32|fp16|bf16))?$")
+# Every backend a cell can have (fsdp included): built from the cell's own axes, never a copy.
+_SHAPE = re.compile(rf"^({'|'.join(DEVICES)})[0-9]+-({'|'.join(STRATEGIES)})(-({'|'.join(PRECISIONS)}))?$")
 # {processes}, {cell_dir}, {cell_id}, {N/processes}: replaced in the script's arguments per cell.
 _PLACEHOLDER = re.compile(r"\{(processes|cell_dir|cell_id|([0-9]+)/processes)\}")
 

@@ -20,7 +20,7 @@ tasks = ["{package}.tasks"]
 # No `task` axis: every task of the modules above. Or name them, by name or by import path:
 # task = ["my_mlp"]                       or   task = ["{package}.tasks:MyMLPTask"]
 device = ["cpu", "cuda"]
-strategy = ["single", "ddp", "zero1", "zero2", "zero3"]
+strategy = ["single", "ddp", "zero1", "zero2", "zero3", "fsdp"]
 precision = ["fp32", "fp16", "bf16"]
 
 # Launch shapes: which strategies run on how many processes of each device. Cells of one
@@ -33,7 +33,7 @@ strategies = ["single"]
 [[shapes]]
 device = "cpu"
 processes = 2
-strategies = ["ddp", "zero1", "zero2", "zero3"]
+strategies = ["ddp", "zero1", "zero2", "zero3", "fsdp"]
 
 [[shapes]]
 device = "cuda"
@@ -43,12 +43,12 @@ strategies = ["single", "zero1", "zero2", "zero3"]
 [[shapes]]
 device = "cuda"
 processes = 2
-strategies = ["ddp", "zero1", "zero2", "zero3"]
+strategies = ["ddp", "zero1", "zero2", "zero3", "fsdp"]
 
 # [[exclude]]: cells removed, each with a reason. [[expected]]: expected failures with a reason
 # (docs/adding-a-task.md lists the keys).
 
-# Comparison tolerances by precision and strategy family (plain = single/ddp, zero = zero1-3):
+# Comparison tolerances by precision and strategy family (plain = single/ddp/fsdp, zero = zero1-3):
 # an element passes when |run - golden| <= atol + rtol * |golden|. Copied from the harness's own
 # matrix, where each was measured on its built-in tasks; measure your own model's before you
 # trust them (a real bug moves numbers by far more than these).

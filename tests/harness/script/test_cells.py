@@ -9,7 +9,7 @@ import pytest
 
 from harness.errors import UsageError
 from harness.script.cells import arguments_for, reference_of, script_cells, script_name
-from harness.spec.cell import Cell
+from harness.spec.cell import STRATEGIES, Cell
 from harness.spec.matrix import load_matrix
 
 
@@ -30,6 +30,14 @@ def test_the_reference_follows_the_precision_unless_pinned() -> None:
     assert reference_of(cell, "cpu1-single-fp32").id == "train-cpu1-single-fp32"
     with pytest.raises(UsageError, match="cpu1-single"):
         reference_of(cell, "single")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_of_the_matrix_can_be_the_reference(strategy: str) -> None:
+    cell = Cell.from_id("train-cpu2-zero3-bf16")
+    assert reference_of(cell, f"cpu2-{strategy}").id == f"train-cpu2-{strategy}-bf16"  # fsdp included
+    with pytest.raises(UsageError, match="not a backend"):
+        reference_of(cell, f"cpu2-{strategy}x")
 
 
 def test_placeholders_are_filled_per_cell(tmp_path: Path) -> None:
