@@ -33,7 +33,7 @@ half while its running statistics stayed fp32, a combination torch's batch_norm 
 ("expected scalar type Half but found Float"). Under autocast on a plain model the layer has
 fp32 weights and statistics, a half input and a half output; the strategy reproduces that by
 presenting the weight and bias as fp32 during each BatchNorm forward
-(strategies/deepspeed_batchnorm.py; tested in tests/accelerate_core/test_batchnorm_training.py).
+(strategies/deepspeed/batchnorm.py; tested in tests/accelerate_core/test_batchnorm_training.py).
 """
 
 from __future__ import annotations

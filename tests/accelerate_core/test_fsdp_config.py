@@ -24,7 +24,7 @@ from accelerate_core.errors import ConfigFileError
 from accelerate_core.launch_env import LaunchSettings, SettingSource
 from accelerate_core.precision.fsdp import FSDPPrecision
 from accelerate_core.state import ProcessState
-from accelerate_core.strategies.fsdp_wrap import choose_units
+from accelerate_core.strategies.fsdp.wrap import choose_units
 from accelerate_core.strategies.registry import STRATEGIES, load_strategy_class
 from tests.accelerate_core.commands.cli_helpers import cli_environ, describe, run_cli_in_process
 

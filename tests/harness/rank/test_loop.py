@@ -112,7 +112,7 @@ def test_the_deepspeed_failures_the_harness_found_are_still_there(tmp_path: Path
     - root_param (a root-owned parameter, plain dataclass output): ZeRO-3's first backward fails;
     - ZeRO-3 with memory_efficient_linear leaves torch's F.linear replaced.
     Each core gate must agree with its reproduction on the installed release. Through the core,
-    which reconciles them (strategies/deepspeed_compat.py and deepspeed_outputs.py), every one of
+    which reconciles them (strategies/deepspeed/compat.py and outputs.py), every one of
     these cells passes its golden: the matrix items test_cell[{scalar,root_param}-cpu2-zero{1,2,3}-
     fp32] judge that (module docstring). When DeepSpeed alone stops failing, the gates turn the
     reconciliation off (docs/versions.md has the table per release)."""
