@@ -13,7 +13,7 @@ installed):
   their goldens where DeepSpeed alone fails): `test_cell[{scalar,root_param}-cpu2-zero{1,2,3}-fp32]`;
 - the other 2-process cells (DDP fp16/bf16, ZeRO 1-3 in every precision), with their loss scales.
 DeepSpeed's fp16 path (native or the emulation) is asserted in
-tests/accelerate_core/test_deepspeed_training.py."""
+tests/accelerate_core/strategies/deepspeed/test_deepspeed_training.py."""
 
 from __future__ import annotations
 
