@@ -15,10 +15,10 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torch.utils.data import DataLoader
 
-import accelerate_core.checkpointing as checkpointing
 import accelerate_core.ops as ops
 import accelerate_core.recording as recording
 from accelerate_core.checkpoint import CheckpointError, CheckpointReader, CheckpointWriter
+from accelerate_core.checkpoint.atomic import atomic_save
 from accelerate_core.checkpoint.layout import write_tensors
 from accelerate_core.connector import Resolved, connect
 from accelerate_core.data import DataState, PreparedDataLoader, SkippedDataLoader
@@ -237,7 +237,7 @@ class Accelerator:
             if str(path).endswith(".safetensors"):
                 write_tensors(Path(path), obj)
             else:
-                checkpointing.atomic_save(obj, path)
+                atomic_save(obj, path)
 
     def save_state(self, directory: str | Path) -> None:
         """Write the backend-neutral checkpoint (docs/checkpoint-format.md): full fp32 models,

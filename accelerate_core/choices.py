@@ -1,8 +1,8 @@
 """The valid values of the settings several modules check: defined once, here.
 
-The launcher (launch_env.py), the config file (config.py), the connector and the DeepSpeed
-and FSDP plugins and precisions all validate against these tuples; one owner keeps them from drifting
-apart. This module imports nothing, so anything (including `import accelerate_core`, which must
+The launcher (launch/settings.py), the config file (launch/config.py), the connector and the
+DeepSpeed and FSDP plugins and precisions all validate against these tuples; one owner keeps them
+from drifting apart. This module imports nothing, so anything (including `import accelerate_core`, which must
 not pull in torch or deepspeed) can use it.
 """
 

@@ -18,7 +18,7 @@ from accelerate_core.choices import MIXED_PRECISIONS
 from accelerate_core.deepspeed_plugin import DeepSpeedPlugin
 from accelerate_core.errors import ConflictingSettingsError, InvalidSettingError, explain
 from accelerate_core.fsdp_plugin import FSDPPlugin
-from accelerate_core.launch_env import LaunchSettings
+from accelerate_core.launch.settings import LaunchSettings
 from accelerate_core.precision.amp import AMPPrecision
 from accelerate_core.precision.base import Precision
 from accelerate_core.precision.fp32 import FP32Precision

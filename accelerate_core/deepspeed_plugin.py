@@ -3,7 +3,7 @@
 Values the core knows (micro batch size from the prepared dataloader, gradient accumulation,
 the precision block, the optimizer and scheduler when torch ones are passed) are filled into the
 DeepSpeed config at `prepare`; `config` carries anything else. The DeepSpeed strategy owns the
-merging (strategies/deepspeed_config.py); this file only checks each field on its own.
+merging (strategies/deepspeed/config.py); this file only checks each field on its own.
 """
 
 from __future__ import annotations

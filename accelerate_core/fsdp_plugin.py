@@ -2,7 +2,7 @@
 
 Importable without torch (like `DeepSpeedPlugin`), so `import accelerate_core` stays light: this
 file only checks each field on its own. The connector checks the plugin against the other
-settings (one process, `cpu=`); the FSDP strategy (strategies/fsdp.py) applies it.
+settings (one process, `cpu=`); the FSDP strategy (strategies/fsdp/strategy.py) applies it.
 
 What gets sharded is `wrap`:
 - None (the default): every direct child of the model that holds parameters, then the root,
@@ -14,7 +14,7 @@ What gets sharded is `wrap`:
   name in the model), innermost first; the root is always sharded last, so that no parameter
   is left as a plain tensor.
 
-On top of `wrap` (strategies/fsdp_wrap.py, docs/fsdp.md): the default leaves a child whose
+On top of `wrap` (strategies/fsdp/wrap.py, docs/fsdp.md): the default leaves a child whose
 parameters are tied to a module outside it (an LM head tied to the embedding) to the root, and
 an explicit wrap that splits a tie is refused at prepare(); under fp16/bf16 every BatchNorm is
 a unit of its own computing in fp32.

@@ -2,7 +2,8 @@
 
 Tensors in safetensors, everything else in JSON, a manifest written last. Strategies turn their
 own layout into the neutral pieces (full fp32 weights, optimizer state per parameter NAME) and
-back; this package owns the files, their validation and the error messages.
+back; this package owns the files, their validation and the error messages, and writes every
+file atomically (atomic.py, which also backs `Accelerator.save`).
 """
 
 from accelerate_core.checkpoint.layout import FORMAT_VERSION, CheckpointError

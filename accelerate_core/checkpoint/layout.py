@@ -16,7 +16,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
-from accelerate_core.checkpointing import atomic_write_bytes
+from accelerate_core.checkpoint.atomic import atomic_write_bytes
 from accelerate_core.errors import AccelerateCoreError, explain
 
 FORMAT_NAME = "accelerate_core.checkpoint"

@@ -3,7 +3,7 @@
 A torch optimizer numbers its parameters by position (`state_dict()`); DeepSpeed keeps flat
 partitions per rank. Neither survives a change of backend or world size; names do. This module
 converts a plain torch optimizer (single device, DDP) to and from the neutral form; DeepSpeed's
-conversion lives in strategies/deepspeed_state.py and produces the same dataclass.
+conversion lives in strategies/deepspeed/state.py and produces the same dataclass.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from typing import Any
 
 from accelerate_core.choices import BACKENDS, MIXED_PRECISIONS, OFFLOAD_DEVICES
 from accelerate_core.commands.questions import Asker
-from accelerate_core.config import LaunchConfig, default_config_path, save_config
 from accelerate_core.imports import DEEPSPEED_INSTALL_HINT, is_deepspeed_available
+from accelerate_core.launch.config import LaunchConfig, default_config_path, save_config
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from accelerate_core.config import default_config_path, read_mapping
-from accelerate_core.config_file import Scalar
 from accelerate_core.errors import AccelerateCoreError
 from accelerate_core.imports import is_deepspeed_available
+from accelerate_core.launch.config import default_config_path, read_mapping
+from accelerate_core.launch.config_file import Scalar
 from accelerate_core.machine import describe_machine
 
 

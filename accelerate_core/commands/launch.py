@@ -25,7 +25,9 @@ from accelerate_core.choices import BACKENDS, MIXED_PRECISIONS, OFFLOAD_DEVICES
 from accelerate_core.commands.rank_errors import ErrorWatch, report
 from accelerate_core.commands.supervise import run_supervised
 from accelerate_core.commands.torchrun_entry import SUMMARY_OPTION
-from accelerate_core.config import (
+from accelerate_core.errors import InvalidSettingError, explain
+from accelerate_core.imports import require_deepspeed
+from accelerate_core.launch.config import (
     CONFIG_VERSION,
     LaunchConfig,
     default_config_path,
@@ -33,9 +35,7 @@ from accelerate_core.config import (
     parse_text,
     read_mapping,
 )
-from accelerate_core.errors import InvalidSettingError, explain
-from accelerate_core.imports import require_deepspeed
-from accelerate_core.launch_env import (
+from accelerate_core.launch.settings import (
     CONFIG_FILE_VARIABLE,
     SOURCES_VARIABLE,
     LaunchSettings,

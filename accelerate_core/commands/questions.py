@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from accelerate_core.config import parse_text
 from accelerate_core.errors import AccelerateCoreError, InvalidSettingError, explain
+from accelerate_core.launch.config import parse_text
 
 MAX_TRIES = 3
 REQUIRED: Any = object()  # a question without a default

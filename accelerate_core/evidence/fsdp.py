@@ -52,7 +52,7 @@ def fsdp_evidence(strategy: Any, model: nn.Module) -> dict[str, Any] | None:
                               for _, p in params),
         "trainable_elements": sum(int(p.numel()) for _, p in params if p.requires_grad),
     }
-    # What the strategy reports it did (strategies/fsdp.py): recorded beside what the
+    # What the strategy reports it did (strategies/fsdp/strategy.py): recorded beside what the
     # model shows, so a strategy that claims units the model does not have is seen as that.
     for key in ("wrapped_modules", "unsharded_parameters"):
         value = getattr(strategy, key, None)

@@ -26,14 +26,15 @@ from that: buffers rounded to half precision for good (running statistics accumu
 and element-wise results in half. So buffers keep their dtype and the engine's forward runs under
 torch.autocast of the engine dtype (`uses_autocast`; the strategy wraps the engine's forward):
 with the weights already half, autocast changes nothing for them, and the buffers and ops behave
-as in the reference. Tested in tests/accelerate_core/test_deepspeed_reconcile.py.
+as in the reference. Tested in
+tests/accelerate_core/strategies/deepspeed/test_deepspeed_reconcile.py.
 
 BatchNorm is the one layer autocast alone cannot reconcile: the engine made its weight and bias
 half while its running statistics stayed fp32, a combination torch's batch_norm refuses
 ("expected scalar type Half but found Float"). Under autocast on a plain model the layer has
 fp32 weights and statistics, a half input and a half output; the strategy reproduces that by
 presenting the weight and bias as fp32 during each BatchNorm forward
-(strategies/deepspeed_batchnorm.py; tested in tests/accelerate_core/test_batchnorm_training.py).
+(strategies/deepspeed/batchnorm.py; tested in tests/accelerate_core/test_batchnorm_training.py).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The contract every backend implements. The Accelerator facade only delegates to it.
 
-One class per backend (single_device.py, ddp.py, deepspeed.py, fsdp.py); no `if backend ==` anywhere
-else. A strategy owns: the device, process-group setup, how models/optimizers are wrapped, how
-backward and the optimizer step run, and how full state is gathered and checkpointed. It holds
-one Precision object and asks it for autocast and loss scaling where the backend does not do
-that itself (DeepSpeed's engine does its own).
+One class per backend (single_device.py, ddp.py, deepspeed/strategy.py, fsdp/strategy.py); no
+`if backend ==` anywhere else. A strategy owns: the device, process-group setup, how
+models/optimizers are wrapped, how backward and the optimizer step run, and how full state is
+gathered and checkpointed. It holds one Precision object and asks it for autocast and loss
+scaling where the backend does not do that itself (DeepSpeed's engine does its own).
 """
 
 from __future__ import annotations

@@ -26,13 +26,13 @@ class StrategySpec:
     needs_deepspeed: bool = False
 
 
-_DEEPSPEED_TARGET = "accelerate_core.strategies.deepspeed:DeepSpeedStrategy"
+_DEEPSPEED_TARGET = "accelerate_core.strategies.deepspeed.strategy:DeepSpeedStrategy"
 
 STRATEGIES: dict[str, StrategySpec] = {
     "single": StrategySpec("single", "accelerate_core.strategies.single_device:SingleDeviceStrategy"),
     "ddp": StrategySpec("ddp", "accelerate_core.strategies.ddp:DDPStrategy"),
     # Part of torch (FSDP2): no extra dependency, imported only when asked for like the others.
-    "fsdp": StrategySpec("fsdp", "accelerate_core.strategies.fsdp:FSDPStrategy"),
+    "fsdp": StrategySpec("fsdp", "accelerate_core.strategies.fsdp.strategy:FSDPStrategy"),
     **{
         f"zero{stage}": StrategySpec(f"zero{stage}", _DEEPSPEED_TARGET, {"zero_stage": stage}, True)
         for stage in (0, 1, 2, 3)

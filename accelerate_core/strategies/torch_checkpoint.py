@@ -1,6 +1,6 @@
 """The neutral checkpoint (docs/checkpoint-format.md) for the plain-torch strategies (single
 device and DDP): weights and optimizer state are whole on every rank, so the main process writes
-them and every rank reads them back. DeepSpeed's conversion is in deepspeed_state.py.
+them and every rank reads them back. DeepSpeed's conversion is in deepspeed/state.py.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from harness.versions.behaviours import BEHAVIOURS, Behaviour, Observation
 
 
 def _gate(behaviour: Behaviour) -> bool | None:
-    from accelerate_core.strategies import deepspeed_compat
+    from accelerate_core.strategies.deepspeed import compat as deepspeed_compat
 
     if behaviour.key == "zero_dim_broadcast":
         return deepspeed_compat.zero_dim_reconciliation_applies()

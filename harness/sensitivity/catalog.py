@@ -236,7 +236,7 @@ CORE_BUGS: tuple[Bug, ...] = (
     Bug(
         name="deepspeed_overflow_not_reported",
         area="loss_scaling",
-        file="strategies/deepspeed.py",
+        file="strategies/deepspeed/strategy.py",
         search="        return overflow\n",
         replace="        return False\n",
         select="regression-cpu2-zero2-fp16",
@@ -259,7 +259,7 @@ CORE_BUGS: tuple[Bug, ...] = (
     Bug(
         name="deepspeed_scale_wrt_gas_default",
         area="accumulation",
-        file="strategies/deepspeed.py",
+        file="strategies/deepspeed/strategy.py",
         search="backward(loss, scale_wrt_gas=False)",
         replace="backward(loss)",
         select="sgd_accum-cpu2-zero2-fp32",
@@ -270,7 +270,7 @@ CORE_BUGS: tuple[Bug, ...] = (
     Bug(
         name="deepspeed_accumulation_not_passed",
         area="accumulation",
-        file="strategies/deepspeed.py",
+        file="strategies/deepspeed/strategy.py",
         search="gradient_accumulation_steps=self.plugin.gradient_accumulation_steps or 1,",
         replace="gradient_accumulation_steps=1,",
         select="sgd_accum-cpu2-zero1-fp32",
@@ -294,7 +294,7 @@ CORE_BUGS: tuple[Bug, ...] = (
     Bug(
         name="deepspeed_clip_ignored",
         area="clipping",
-        file="strategies/deepspeed.py",
+        file="strategies/deepspeed/strategy.py",
         search=("            optimizer.clip_grad = float(max_norm)  "
                 "# for the next step only, see optimizer_step"),
         replace="            pass  # clip_grad_norm_ is a no-op under DeepSpeed",
@@ -306,7 +306,7 @@ CORE_BUGS: tuple[Bug, ...] = (
     Bug(
         name="deepspeed_default_clip_1",
         area="deepspeed_config",
-        file="strategies/deepspeed_config.py",
+        file="strategies/deepspeed/config.py",
         search='    m.default("gradient_clipping", 0.0)',
         replace='    m.default("gradient_clipping", 1.0)',
         select="sgd_accum-cpu2-zero1-fp32",
@@ -318,7 +318,7 @@ CORE_BUGS: tuple[Bug, ...] = (
     Bug(
         name="user_deepspeed_config_dropped",
         area="zero",
-        file="strategies/deepspeed_config.py",
+        file="strategies/deepspeed/config.py",
         search="    m = _Merger(load_user_config(plugin.config))",
         replace="    m = _Merger({})  # the plugin's config never read",
         select="regression-cpu2-zero3-fp32",
@@ -329,7 +329,7 @@ CORE_BUGS: tuple[Bug, ...] = (
     Bug(
         name="zero_stage_off_by_one",
         area="zero",
-        file="strategies/deepspeed_config.py",
+        file="strategies/deepspeed/config.py",
         search='    m.require("zero_optimization.stage", plugin.zero_stage, ',
         replace='    m.require("zero_optimization.stage", max(plugin.zero_stage - 1, 0), ',
         select="regression-cpu2-zero3-fp32",
@@ -340,7 +340,7 @@ CORE_BUGS: tuple[Bug, ...] = (
     Bug(
         name="zero3_state_dict_local_shards",
         area="state_dict",
-        file="strategies/deepspeed_state.py",
+        file="strategies/deepspeed/state.py",
         search="            full = safe_get_full_fp32_param(tensor)\n",
         replace=("            full = tensor.ds_tensor.detach().clone() if hasattr(tensor, 'ds_tensor') "
                  "else safe_get_full_fp32_param(tensor)\n"),
@@ -352,7 +352,7 @@ CORE_BUGS: tuple[Bug, ...] = (
     Bug(
         name="zero_state_dict_drops_buffers",
         area="state_dict",
-        file="strategies/deepspeed_state.py",
+        file="strategies/deepspeed/state.py",
         search="        else:  # buffers are not partitioned\n",
         replace="        elif False:  # buffers dropped\n",
         select="classifier-cpu2-zero2-fp32",
@@ -363,7 +363,7 @@ CORE_BUGS: tuple[Bug, ...] = (
     Bug(
         name="deepspeed_steps_the_scheduler_too",
         area="deepspeed_config",
-        file="strategies/deepspeed.py",
+        file="strategies/deepspeed/strategy.py",
         search="                config=self.config,\n                dist_init_required=False,",
         replace=("                config=self.config,\n"
                  "                lr_scheduler=schedulers[0] if schedulers else None,\n"

@@ -41,7 +41,7 @@ CHECKPOINT_BUGS: tuple[Bug, ...] = (
     Bug(
         name="zero_resume_moments_left_zero",
         area="checkpoint",
-        file="strategies/deepspeed_checkpoint.py",
+        file="strategies/deepspeed/checkpoint.py",
         search=("    for name in names:\n        param = params[name]\n        for key in per_param:\n"
                 "            _set_full(param, saved.tensors[name][key], key)"),
         replace="    pass  # per-parameter optimizer state never scattered into the partitions",

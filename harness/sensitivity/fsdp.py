@@ -1,4 +1,4 @@
-"""Catalog entries for the FSDP2 backend (accelerate_core/strategies/fsdp*.py,
+"""Catalog entries for the FSDP2 backend (accelerate_core/strategies/fsdp/,
 precision/fsdp.py, the connector's fsdp rules), exposed by the fsdp cells and the fsdp resume
 pairs (docs/fsdp.md, docs/sensitivity.md).
 
@@ -33,7 +33,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
     Bug(
         name="fsdp_fully_shard_skipped",
         area="fsdp",
-        file="strategies/fsdp_wrap.py",
+        file="strategies/fsdp/wrap.py",
         search=("        fully_shard(module, mesh=mesh, reshard_after_forward=plugin.reshard_after_forward,\n"
                 "                    mp_policy=precision.policy(name == ROOT, fp32=is_batchnorm(module)),\n"
                 "                    offload_policy=offload)"),
@@ -60,7 +60,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
     Bug(
         name="fsdp_root_not_wrapped",
         area="fsdp",
-        file="strategies/fsdp_wrap.py",
+        file="strategies/fsdp/wrap.py",
         search="    units = [*names, ROOT]",
         replace="    units = names  # the root never becomes a unit",
         select="classifier-cpu2-fsdp-bf16 or lm-cpu2-fsdp-fp32",
@@ -72,7 +72,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
     Bug(
         name="fsdp_load_leaves_parameters",
         area="fsdp",
-        file="strategies/fsdp_state.py",
+        file="strategies/fsdp/state.py",
         search="    set_model_state_dict(model, cast(dict[str, Any], state), options=TO_EVERY_RANK)",
         replace="    pass  # the full state was read, never copied into the shards",
         select="classifier-cpu2-ddp-fp32:cpu2-fsdp-fp32 or classifier-cpu2-fsdp-fp32:cpu2-fsdp-fp32",
@@ -82,7 +82,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
     Bug(
         name="fsdp_clip_on_local_shard",
         area="fsdp",
-        file="strategies/fsdp.py",
+        file="strategies/fsdp/strategy.py",
         search="        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)",
         replace=("        local = [p.grad.to_local() for p in params if p.grad is not None]  # a shard\n"
                  "        norm = torch.linalg.vector_norm(torch.stack("
@@ -97,7 +97,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
     Bug(
         name="fsdp_master_weights_in_half",
         area="fsdp",
-        file="strategies/fsdp.py",
+        file="strategies/fsdp/strategy.py",
         search="            model.to(self.root_device)\n",
         replace=("            model.to(self.root_device, dtype=self.precision.param_dtype or torch.float32)"
                  "  # half masters\n"),
@@ -111,7 +111,7 @@ FSDP_BUGS: tuple[Bug, ...] = (
     Bug(
         name="fsdp_optimizer_keeps_replaced_params",
         area="fsdp",
-        file="strategies/fsdp.py",
+        file="strategies/fsdp/strategy.py",
         search="            fsdp_state.swap_optimizer_params(optimizer, self._replaced)\n",
         replace="            pass  # the optimizer keeps the parameters fully_shard replaced\n",
         select="regression-cpu2-fsdp-fp32",

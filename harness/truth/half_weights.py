@@ -7,7 +7,7 @@ The golden (torch.autocast over fp32 weights) rounds only the operands of matmul
 difference between the two is benign for a DeepSpeed cell, so calibration measures it here, on
 the reference side, rather than reading it off the code under test.
 
-What this copies from the core's DeepSpeed strategy (accelerate_core/strategies/deepspeed.py):
+What this copies from the core's DeepSpeed strategy (accelerate_core/strategies/deepspeed/strategy.py):
 floating inputs are cast to the half dtype, forward still runs under torch.autocast (so losses
 and reductions on autocast's fp32 list stay fp32), buffers keep their dtype, and BatchNorm keeps
 fp32 weights.

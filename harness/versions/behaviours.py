@@ -34,14 +34,14 @@ class Behaviour:
 BEHAVIOURS = (
     Behaviour("zero_dim_broadcast", "deepspeed.initialize fails on a 0-dim parameter (start-up "
               "broadcast views it as bytes)", "scalar", (1, 2, 3), "self.dim() cannot be 0 to view",
-              "accelerate_core/strategies/deepspeed_compat.py zero_dim_safe_initialize"),
+              "accelerate_core/strategies/deepspeed/compat.py zero_dim_safe_initialize"),
     Behaviour("zero3_dataclass_output", "ZeRO-3's first backward fails for a root-owned parameter "
               "when forward returns a plain dataclass", "root_param", (3,),
               "The size of tensor a (0) must match",
-              "accelerate_core/strategies/deepspeed_outputs.py expose_dataclass_outputs"),
+              "accelerate_core/strategies/deepspeed/outputs.py expose_dataclass_outputs"),
     Behaviour("zero3_linear_left_swapped", "ZeRO-3 with memory_efficient_linear leaves "
               "torch.nn.functional.linear replaced after the engine is gone", "regression", (3,), "",
-              "accelerate_core/strategies/deepspeed_compat.py restore_functional_linear"),
+              "accelerate_core/strategies/deepspeed/compat.py restore_functional_linear"),
 )
 BY_KEY = {b.key: b for b in BEHAVIOURS}
 

@@ -19,10 +19,10 @@ from torch.testing import assert_close
 
 from accelerate_core import Accelerator
 from accelerate_core.commands.launch import add_parser, plan
-from accelerate_core.config import LaunchConfig, from_mapping
 from accelerate_core.connector import resolve_sync_batchnorm
 from accelerate_core.errors import ConfigFileError, ConflictingSettingsError, InvalidSettingError
-from accelerate_core.launch_env import LaunchSettings, SettingSource
+from accelerate_core.launch.config import LaunchConfig, from_mapping
+from accelerate_core.launch.settings import LaunchSettings, SettingSource
 from accelerate_core.sync_batchnorm import (
     SyncBatchNorm,
     convert_sync_batchnorm,

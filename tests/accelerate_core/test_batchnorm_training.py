@@ -16,7 +16,7 @@ nothing from accelerate_core):
   differ from the single-process one by far more than any tolerance.
 - half precision under DeepSpeed: the engine casts BatchNorm's weight and bias to half while its
   running statistics stay fp32, which crashed every forward before the core presented them as
-  fp32 (strategies/deepspeed_batchnorm.py). The runs must match torch.autocast (+ GradScaler
+  fp32 (strategies/deepspeed/batchnorm.py). The runs must match torch.autocast (+ GradScaler
   for fp16) on the same computation at the half-precision tolerances of
   test_deepspeed_training.py (bf16: 5e-2; fp16: rtol 1e-2 / atol 2e-3, DeepSpeed holding
   gradients in fp16 where amp keeps fp32 ones).

@@ -15,7 +15,7 @@ from accelerate_core import (
 )
 from accelerate_core import imports as core_imports
 from accelerate_core.connector import build_deepspeed_plugin, resolve_backend, resolve_mixed_precision
-from accelerate_core.launch_env import LaunchSettings
+from accelerate_core.launch.settings import LaunchSettings
 
 # Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
 pytestmark = pytest.mark.nodeepspeed

@@ -14,8 +14,8 @@ from subprocess import CompletedProcess
 
 import pytest
 
-from accelerate_core import config_file
-from accelerate_core.config import CONFIG_VERSION, LaunchConfig, default_config_path, load_config
+from accelerate_core.launch import config_file
+from accelerate_core.launch.config import CONFIG_VERSION, LaunchConfig, default_config_path, load_config
 from tests.accelerate_core.commands.cli_helpers import cli_environ, describe, run_cli, run_cli_in_process
 
 

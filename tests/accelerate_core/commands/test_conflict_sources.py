@@ -22,7 +22,7 @@ from accelerate_core.connector import (
     resolve_mixed_precision,
 )
 from accelerate_core.errors import ConflictingSettingsError
-from accelerate_core.launch_env import SOURCES_VARIABLE, LaunchSettings, SettingSource
+from accelerate_core.launch.settings import SOURCES_VARIABLE, LaunchSettings, SettingSource
 from tests.accelerate_core.commands.cli_helpers import CLI, REPO_ROOT, cli_environ, describe, run_cli
 
 SCRIPT = REPO_ROOT / "tests" / "accelerate_core" / "scripts" / "conflicting_precision.py"

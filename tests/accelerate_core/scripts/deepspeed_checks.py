@@ -186,7 +186,7 @@ def check_train(stage: int, mixed_precision: str, out: Path, inject: int | None 
                 offload: bool = False) -> dict[str, Any]:
     """The user loop; the state dict is also saved, as the user loop does, to
     OUT/state_dict_zero{stage}_{precision}[_clip].pt."""
-    from accelerate_core.strategies.deepspeed_accel import native_cpu_fp16_supported
+    from accelerate_core.strategies.deepspeed.accel import native_cpu_fp16_supported
 
     offloads = {"offload_optimizer_device": "cpu"} if offload else {}
     if offload and stage == 3:
@@ -318,7 +318,7 @@ def check_prepare_errors() -> dict[str, Any]:
 def check_fp16_refused() -> dict[str, Any]:
     """Without the opt-in, fp16 on a CPU lacking native fp16 is a specific error."""
     from accelerate_core.errors import UnsupportedPrecisionError
-    from accelerate_core.strategies.deepspeed_accel import native_cpu_fp16_supported
+    from accelerate_core.strategies.deepspeed.accel import native_cpu_fp16_supported
     record: dict[str, Any] = {"native": native_cpu_fp16_supported(), "raised": None, "message": ""}
     try:
         accelerator, *_ = build(2, "fp16")

@@ -13,7 +13,7 @@ installed):
   their goldens where DeepSpeed alone fails): `test_cell[{scalar,root_param}-cpu2-zero{1,2,3}-fp32]`;
 - the other 2-process cells (DDP fp16/bf16, ZeRO 1-3 in every precision), with their loss scales.
 DeepSpeed's fp16 path (native or the emulation) is asserted in
-tests/accelerate_core/test_deepspeed_training.py."""
+tests/accelerate_core/strategies/deepspeed/test_deepspeed_training.py."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def test_the_deepspeed_failures_the_harness_found_are_still_there(tmp_path: Path
     - root_param (a root-owned parameter, plain dataclass output): ZeRO-3's first backward fails;
     - ZeRO-3 with memory_efficient_linear leaves torch's F.linear replaced.
     Each core gate must agree with its reproduction on the installed release. Through the core,
-    which reconciles them (strategies/deepspeed_compat.py and deepspeed_outputs.py), every one of
+    which reconciles them (strategies/deepspeed/compat.py and outputs.py), every one of
     these cells passes its golden: the matrix items test_cell[{scalar,root_param}-cpu2-zero{1,2,3}-
     fp32] judge that (module docstring). When DeepSpeed alone stops failing, the gates turn the
     reconciliation off (docs/versions.md has the table per release)."""

@@ -1,6 +1,6 @@
 """The DeepSpeed behaviours the core reconciles, judged per release from their DeepSpeed-alone
 reproductions (harness/versions/behaviours.py), and the core's gates that switch each patch on
-only where the behaviour is present (accelerate_core/strategies/deepspeed_compat.py)."""
+only where the behaviour is present (accelerate_core/strategies/deepspeed/compat.py)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_behaviours_file_round_trips(tmp_path: Path) -> None:
 def test_the_zero_dim_patch_stays_off_where_the_release_no_longer_views_as_bytes() -> None:
     """A stand-in for a release whose broadcast handles 0-dim tensors: the gate reads its code and
     leaves the class as it is, so that release's own behaviour shows."""
-    from accelerate_core.strategies.deepspeed_compat import _broadcast_views_parameters_as_bytes, _patched
+    from accelerate_core.strategies.deepspeed.compat import _broadcast_views_parameters_as_bytes, _patched
 
     class Engine:
         def _broadcast_model(self) -> None:
@@ -76,7 +76,7 @@ def test_with_the_installed_deepspeed_the_gates_find_what_its_reproductions_show
     DeepSpeed alone): both gates are on. Other releases: docs/versions.md, from the sweep."""
     from importlib import metadata
 
-    from accelerate_core.strategies.deepspeed_compat import (
+    from accelerate_core.strategies.deepspeed.compat import (
         zero3_hooks_miss_dataclass_outputs,
         zero_dim_reconciliation_applies,
     )

@@ -22,8 +22,9 @@ from torch.utils.data import DataLoader
 from accelerate_core import Accelerator
 from accelerate_core.checkpoint import FORMAT_VERSION, CheckpointError
 from tests.accelerate_core.scripts.checkpoint_task import GAS, Net, Pairs, make_objects
+from tests.distributed_helpers import REPO_ROOT
 
-CORE = Path(__file__).resolve().parents[2] / "accelerate_core"
+CORE = REPO_ROOT / "accelerate_core"
 
 
 def _trained(tmp_path: Path, mixed_precision: str = "no", optimizer: bool = True) -> Path:

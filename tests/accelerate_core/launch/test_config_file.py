@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelerate_core import config_file
-from accelerate_core.config import (
+from accelerate_core.errors import ConfigFileError, ConflictingSettingsError
+from accelerate_core.launch import config_file
+from accelerate_core.launch.config import (
     CONFIG_VERSION,
     FIELD_NAMES,
     LaunchConfig,
@@ -18,8 +19,7 @@ from accelerate_core.config import (
     parse_text,
     save_config,
 )
-from accelerate_core.errors import ConfigFileError, ConflictingSettingsError
-from accelerate_core.launch_env import LaunchSettings
+from accelerate_core.launch.settings import LaunchSettings
 
 
 def write(path: Path, text: str) -> Path:

@@ -18,13 +18,13 @@ from accelerate_core import (
     FSDPPlugin,
     InvalidSettingError,
 )
-from accelerate_core.config import LaunchConfig, from_mapping, load_config
 from accelerate_core.connector import Resolved, connect, resolve_backend
 from accelerate_core.errors import ConfigFileError
-from accelerate_core.launch_env import LaunchSettings, SettingSource
+from accelerate_core.launch.config import LaunchConfig, from_mapping, load_config
+from accelerate_core.launch.settings import LaunchSettings, SettingSource
 from accelerate_core.precision.fsdp import FSDPPrecision
 from accelerate_core.state import ProcessState
-from accelerate_core.strategies.fsdp_wrap import choose_units
+from accelerate_core.strategies.fsdp.wrap import choose_units
 from accelerate_core.strategies.registry import STRATEGIES, load_strategy_class
 from tests.accelerate_core.commands.cli_helpers import cli_environ, describe, run_cli_in_process
 

@@ -3,7 +3,7 @@
 A versioned, flat YAML file (read and written by config_file.py). Every key is checked: an
 unknown key, a value outside its choices or a pair of settings that contradict each other is a
 ConfigFileError that names the file, the key, the valid values and the fix. The launcher turns
-a LaunchConfig into a LaunchSettings (launch_env.py), the only way settings reach `Accelerator()`.
+a LaunchConfig into a LaunchSettings (settings.py), the only way settings reach `Accelerator()`.
 
 A value may be null: unset. Launch then passes nothing for it, so the script's own
 `Accelerator(...)` arguments decide (else the built-in default); a value that is set is binding,
@@ -35,10 +35,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from accelerate_core import config_file
 from accelerate_core.choices import BACKENDS, MIXED_PRECISIONS, OFFLOAD_DEVICES, ZERO_STAGES
 from accelerate_core.errors import ConfigFileError, ConflictingSettingsError, InvalidSettingError, explain
-from accelerate_core.launch_env import LaunchSettings, config_file_from_environ
+from accelerate_core.launch import config_file
+from accelerate_core.launch.settings import LaunchSettings, config_file_from_environ
 
 CONFIG_VERSION = 1
 # Keys of a Hugging Face accelerate config: a file with these is not ours, say so.

@@ -27,23 +27,23 @@ from accelerate_core.errors import ConflictingSettingsError, UnsupportedObjectEr
 from accelerate_core.imports import require_deepspeed
 from accelerate_core.precision.base import unwrap_forward
 from accelerate_core.precision.deepspeed import DeepSpeedPrecision
-from accelerate_core.strategies import deepspeed_checkpoint as ds_checkpoint
-from accelerate_core.strategies import deepspeed_state as ds_state
 from accelerate_core.strategies.base import Strategy
-from accelerate_core.strategies.deepspeed_accel import (
+from accelerate_core.strategies.deepspeed import checkpoint as ds_checkpoint
+from accelerate_core.strategies.deepspeed import state as ds_state
+from accelerate_core.strategies.deepspeed.accel import (
     AcceleratorSwap,
     prepare_accelerator_choice,
     select_accelerator,
 )
-from accelerate_core.strategies.deepspeed_batchnorm import batchnorm_in_fp32
-from accelerate_core.strategies.deepspeed_compat import (
+from accelerate_core.strategies.deepspeed.batchnorm import batchnorm_in_fp32
+from accelerate_core.strategies.deepspeed.compat import (
     restore_functional_linear,
     zero3_hooks_miss_dataclass_outputs,
     zero_dim_safe_initialize,
 )
-from accelerate_core.strategies.deepspeed_config import CoreValues, build_config
-from accelerate_core.strategies.deepspeed_noise import known_lines_once, show_known_warnings_once
-from accelerate_core.strategies.deepspeed_outputs import expose_dataclass_outputs
+from accelerate_core.strategies.deepspeed.config import CoreValues, build_config
+from accelerate_core.strategies.deepspeed.noise import known_lines_once, show_known_warnings_once
+from accelerate_core.strategies.deepspeed.outputs import expose_dataclass_outputs
 from accelerate_core.sync_batchnorm import convert_sync_batchnorm
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ class DeepSpeedStrategy(Strategy):
         self.engine = engine
         self.precision.attach(engine)
         if self.zero_stage == 3 and zero3_hooks_miss_dataclass_outputs():
-            # ZeRO-3 cannot see into dataclass outputs when it hooks backward (deepspeed_outputs);
+            # ZeRO-3 cannot see into dataclass outputs when it hooks backward (outputs.py);
             # asked of the installed release, so this stays off where a release fixed it.
             self._output_hooks = expose_dataclass_outputs(engine.module)
         if self.precision.is_half:

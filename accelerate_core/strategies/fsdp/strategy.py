@@ -6,7 +6,7 @@ reduce-scattered (averaged) into the shards. With the sharded dataloader this tr
 process on the global batch, as DDP does. gloo on CPU, NCCL on CUDA.
 
 Only the public FSDP2 API is used: fully_shard, MixedPrecisionPolicy (precision/fsdp.py),
-init_device_mesh, DTensor, and torch.distributed.checkpoint.state_dict (fsdp_state.py).
+init_device_mesh, DTensor, and torch.distributed.checkpoint.state_dict (state.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from accelerate_core.checkpoint import CheckpointReader, CheckpointWriter
 from accelerate_core.checkpoint.optimizer_state import owning_model
 from accelerate_core.fsdp_plugin import FSDPPlugin
 from accelerate_core.precision.fsdp import FSDPPrecision
-from accelerate_core.strategies import fsdp_state, torch_checkpoint
-from accelerate_core.strategies.fsdp_wrap import ShardingReport, shard_model
+from accelerate_core.strategies import torch_checkpoint
+from accelerate_core.strategies.fsdp import state as fsdp_state
+from accelerate_core.strategies.fsdp.wrap import ShardingReport, shard_model
 from accelerate_core.strategies.single_device import SingleDeviceStrategy, _move_optimizer_state
 from accelerate_core.sync_batchnorm import convert_sync_batchnorm
 

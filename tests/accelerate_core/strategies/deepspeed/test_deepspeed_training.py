@@ -32,6 +32,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from tests.accelerate_core.conftest import SCRIPTS
 from tests.accelerate_core.scripts.deepspeed_checks import (
     CLIP,
     EPOCHS,
@@ -50,7 +51,7 @@ pytestmark = [
     run_if(deepspeed=True, why="DeepSpeed tests skipped"),
 ]
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "deepspeed_checks.py"
+SCRIPT = SCRIPTS / "deepspeed_checks.py"
 STAGES = (1, 2, 3)
 CLIP_STAGES = (1, 3)
 OFFLOAD_STAGES = (2, 3)

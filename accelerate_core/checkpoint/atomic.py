@@ -2,7 +2,7 @@
 
 `atomic_save` is `accelerator.save` (torch.save of the user's object; a dict of tensors loads back
 with `torch.load(path, weights_only=True)`). The checkpoint of `save_state` is written by
-accelerate_core/checkpoint/ (safetensors and JSON, never pickle) through `atomic_write`.
+the rest of this package (safetensors and JSON, never pickle) through `atomic_write`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 from accelerate_core.deepspeed_plugin import DeepSpeedPlugin
 from accelerate_core.errors import ConfigFileError, ConflictingSettingsError, InvalidSettingError
 from accelerate_core.precision.deepspeed import DeepSpeedPrecision
-from accelerate_core.strategies.deepspeed_config import CoreValues, build_config
+from accelerate_core.strategies.deepspeed.config import CoreValues, build_config
 
 
 def core(mixed_precision: str = "no", **overrides: object) -> CoreValues:

@@ -1,5 +1,5 @@
 """The dataclass <-> dict round trip that lets ZeRO-3 hook a dataclass output's tensors
-(strategies/deepspeed_outputs.py). Pure torch: the ZeRO-3 run itself is in
+(strategies/deepspeed/outputs.py). Pure torch: the ZeRO-3 run itself is in
 test_deepspeed_reconcile.py. Here a stand-in for DeepSpeed's walk (the same in-place dict edit
 and tuple/list rebuild as runtime/zero/utils.py:apply_to_tensors_only) replaces every tensor."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelerate_core.strategies.deepspeed_outputs import expose_dataclass_outputs, from_dicts, to_dicts
+from accelerate_core.strategies.deepspeed.outputs import expose_dataclass_outputs, from_dicts, to_dicts
 
 
 @dataclass(frozen=True)

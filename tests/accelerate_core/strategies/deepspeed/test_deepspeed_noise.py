@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from accelerate_core.strategies.deepspeed_noise import (
+from accelerate_core.strategies.deepspeed.noise import (
     KNOWN_FUTURE_WARNINGS,
     KNOWN_STDOUT_LINES,
     known_lines_once,
