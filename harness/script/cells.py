@@ -14,8 +14,8 @@ from collections.abc import Collection
 from pathlib import Path
 
 from harness.errors import UsageError, explain
-from harness.spec.cell import CORE, TASK_NAME, Cell
-from harness.spec.matrix import Matrix
+from harness.plan.cell import CORE, TASK_NAME, Cell
+from harness.plan.matrix import Matrix
 
 DEFAULT_REFERENCE = "cpu1-single"  # at the cell's own precision; "cpu1-single-fp32" pins one
 _SHAPE = re.compile(r"^(cpu|cuda)[0-9]+-(single|ddp|zero1|zero2|zero3)(-(fp32|fp16|bf16))?$")

@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import RecordError
+from harness.judge.outcome import CellResult, Status
+from harness.plan.availability import Host, check
+from harness.plan.cell import Cell
+from harness.plan.matrix import Matrix
+from harness.record.record_format import Record
 from harness.script.cells import arguments_for, reference_of
 from harness.script.judge import judge_script_cell, script_evidence_mismatch
-from harness.script.launch import ScriptLaunch, run_script_cell
 from harness.script.record import load_script_record
-from harness.spec.availability import Host, check
-from harness.spec.cell import Cell
-from harness.spec.matrix import Matrix
-from harness.truth.outcome import CellResult, Status
-from harness.truth.record import Record
+from harness.script.script_launch import ScriptLaunch, run_script_cell
 
 
 @dataclass(frozen=True)
