@@ -21,7 +21,7 @@ from harness.plan.availability import probe_host
 from harness.plan.matrix import load_matrix
 from harness.plan.selection import select
 from harness.script.cells import DEFAULT_REFERENCE, script_cells, script_name
-from harness.script.run import ScriptRun, run_script
+from harness.script.script_run import ScriptRun, run_script
 
 
 def add_arguments(script: argparse.ArgumentParser) -> None:
