@@ -20,7 +20,7 @@ rebuilt and overwritten every time the other venv runs.
     nox -s versions -- -k "cpu2 and zero"   fewer cells per environment
     nox -s foreign_goldens           the tests that read goldens (marker `goldens`, the matrix
                                      cells included) against goldens moved as a regeneration on
-                                     another CPU would move them (harness/truth/foreign_goldens.py);
+                                     another CPU would move them (harness/golden/foreign_goldens.py);
                                      tests(deepspeed) runs its whole suite against them too
     nox -s accelerate                Hugging Face Accelerate's cells (docs/implementations.md);
                                      reports/accelerate/
@@ -187,7 +187,7 @@ def tests(session: nox.Session, env: str) -> None:
 def _foreign_goldens(session: nox.Session) -> str:
     """The checked-in goldens, each moved as a regeneration on another CPU would move it."""
     folder = REPORTS / "foreign-goldens"
-    session.run("python", "-m", "harness.truth.foreign_goldens", str(folder))
+    session.run("python", "-m", "harness.golden.foreign_goldens", str(folder))
     return str(folder.resolve())
 
 
@@ -214,7 +214,7 @@ def _numerics_on_an_older_cpu(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def golden(session: nox.Session) -> None:
-    """Goldens come from plain torch (harness.truth.reference): no deepspeed needed."""
+    """Goldens come from plain torch (harness.golden.reference): no deepspeed needed."""
     _install(session, "test")
     session.run("python", "-m", "harness", "golden", *(session.posargs or ["--check"]))
 

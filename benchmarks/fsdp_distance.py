@@ -1,6 +1,6 @@
 """How far fsdp cells are from the goldens, next to ddp and zero3 of the same run, and what share
 of each tolerance family ("plain", "zero") the fsdp cells use: the figures behind fsdp's family
-in harness/spec/tolerances.py and the table of docs/fsdp.md ("FSDP in the matrix").
+in harness/plan/tolerances.py and the table of docs/fsdp.md ("FSDP in the matrix").
 
     python -m harness run -k "cpu2 and (ddp or zero3 or fsdp)" --report-dir REPORT_DIR
     python benchmarks/fsdp_distance.py REPORT_DIR
@@ -18,14 +18,14 @@ import math
 import sys
 from pathlib import Path
 
+from harness.golden.golden_store import load_golden
+from harness.judge.cell_verdict import golden_task_of
+from harness.judge.compare import compare_record
+from harness.judge.output_dtype import expected_output_dtype
 from harness.layout.report_dir import ReportDir
-from harness.spec.cell import Cell
-from harness.spec.matrix import load_matrix
-from harness.truth.compare import compare_record
-from harness.truth.golden import load_golden
-from harness.truth.judge import golden_task_of
-from harness.truth.output_dtype import expected_output_dtype
-from harness.truth.record import Record
+from harness.plan.cell import Cell
+from harness.plan.matrix import load_matrix
+from harness.record.record_format import Record
 
 STRATEGIES = ("ddp", "zero3", "fsdp")
 FAMILIES = {"plain": "ddp", "zero": "zero3"}  # a strategy of each family, to look its tolerance up

@@ -1,7 +1,7 @@
 """How far the goldens move with the CPU underneath: the measurement behind the regeneration
 tolerances in matrix/matrix.toml ([regeneration.*]) and behind docs/goldens.md.
 
-Every golden is made in the deterministic generation mode (harness.truth.golden_generation) with the
+Every golden is made in the deterministic generation mode (harness.golden.golden_generation) with the
 instruction set capped at several levels, and also the ordinary way (the kernels the CPU picks)
 under the same caps. A cap through DNNL_MAX_CPU_ISA / MKL_ENABLE_INSTRUCTIONS /
 ATEN_CPU_CAPABILITY makes this CPU run the kernels an older CPU would run, so one machine shows
@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from harness.truth.golden import owned_golden_pairs
-from harness.truth.golden_generation import generate
+from harness.golden.golden_generation import generate
+from harness.golden.golden_store import owned_golden_pairs
 
 # Capping oneDNN and MKL (and torch's own dispatch, in the ordinary mode) at an instruction set.
 CAPS: dict[str, dict[str, str]] = {

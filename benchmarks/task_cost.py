@@ -12,8 +12,8 @@ import argparse
 import statistics
 import time
 
+from harness.golden.reference import train_reference
 from harness.tasks import get_task
-from harness.truth.reference import train_reference
 
 BUILTIN = ("regression", "classifier", "lm", "scalar", "root_param")
 

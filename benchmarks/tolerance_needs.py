@@ -18,13 +18,13 @@ from pathlib import Path
 import torch
 
 from harness.calibrate.noise import atol_needed, relative_difference
+from harness.golden.golden_store import load_golden
+from harness.judge.cell_verdict import golden_task_of
 from harness.layout.report_dir import ReportDir
-from harness.spec.cell import Cell
-from harness.spec.matrix import load_matrix
-from harness.spec.tolerances import FAMILIES
-from harness.truth.golden import load_golden
-from harness.truth.judge import golden_task_of
-from harness.truth.record import Record
+from harness.plan.cell import Cell
+from harness.plan.matrix import load_matrix
+from harness.plan.tolerances import FAMILIES
+from harness.record.record_format import Record
 
 Key = tuple[str, str, str]  # precision, family, quantity kind
 

@@ -3,7 +3,7 @@ where the goldens of any other matrix file live: in `golden/` beside it.
 
 `HARNESS_GOLDEN_DIR` replaces the repository's golden folder for a whole process tree. It exists
 for one purpose: running the tests and cells against goldens that look made on another machine
-(`nox -s foreign_goldens`, harness/truth/foreign_goldens.py), so that a test assuming the goldens
+(`nox -s foreign_goldens`, harness/golden/foreign_goldens.py), so that a test assuming the goldens
 were made on the machine running it fails here, not on a user's machine.
 """
 

@@ -1,6 +1,6 @@
 """Settings every test process shares, applied before any test module imports torch's kernels.
 
-One intra-op thread per process, as the harness's own launches (harness/run/launch.py) and the
+One intra-op thread per process, as the harness's own launches (harness/run/torchrun_launch.py) and the
 golden generation run. torch's default, a thread per core, oversubscribes the machine as soon as
 pytest-xdist's workers and the ranks they launch run side by side: on 2 cores the spinning
 OpenMP threads of one process steal the cores the others need, and the nodeepspeed selection

@@ -18,7 +18,7 @@ from tests.distributed_helpers import REPO_ROOT
 PACKAGES = ("accelerate_core", "harness")
 
 # Type-only imports allowed to close a cycle, as (importer, imported) edges: none since the
-# harness/run refactor gave confirm.py and resume.py the shared RunContext instead of the runner's
+# harness/run refactor gave confirm.py and resume_launches.py the shared RunContext instead of the runner's
 # private _Run. Nothing may be added here.
 KNOWN_TYPE_ONLY_CYCLE_EDGES: frozenset[tuple[str, str]] = frozenset()
 
@@ -121,7 +121,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_real_imports() -> None:
     graph = _graph()
-    assert "harness.spec.cell" in graph["harness.spec.matrix"]  # a module-level import
+    assert "harness.plan.cell" in graph["harness.plan.matrix"]  # a module-level import
     assert "harness.rank.loop" in graph["harness.rank.worker"]  # an import inside a function
 
 

@@ -1,6 +1,6 @@
 """Evidence that FSDP2 (torch's `fully_shard`) ran, read from the model that trained and the
 strategy that sharded it, never from what was asked for (a tool judges it against its request:
-the harness's is harness/truth/fsdp_evidence.py):
+the harness's is harness/judge/fsdp_evidence_check.py):
 
 - the units: how many modules of the model are FSDP modules (fully_shard turned them into
   `FSDPModule` subclasses), and what the strategy says it wrapped / left unsharded;

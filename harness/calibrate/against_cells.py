@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.calibrate.variants import splits_change_the_math
+from harness.golden.golden_store import load_golden
+from harness.judge.cell_verdict import golden_task_of
+from harness.judge.compare import compare_record
+from harness.judge.output_dtype import expected_output_dtype
 from harness.layout.report_dir import ReportDir
-from harness.spec.cell import Cell
-from harness.spec.tolerances import FAMILIES, Tolerance
+from harness.plan.cell import Cell
+from harness.plan.tolerances import FAMILIES, Tolerance
+from harness.record.record_format import Record
 from harness.tasks import get_task
-from harness.truth.compare import compare_record
-from harness.truth.golden import load_golden
-from harness.truth.judge import golden_task_of
-from harness.truth.output_dtype import expected_output_dtype
-from harness.truth.record import Record
 
 
 @dataclass(frozen=True)

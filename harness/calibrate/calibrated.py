@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from harness.calibrate.noise import Need
-from harness.spec.tolerances import QUANTITY_KINDS, Tolerance, ToleranceTable
+from harness.plan.tolerances import QUANTITY_KINDS, Tolerance, ToleranceTable
 
 # The project's margin over the worst benign need (matrix.toml's reasons say "2x the worst need").
 SAFETY_FACTOR = 2.0

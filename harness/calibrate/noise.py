@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import torch
 
 from harness.calibrate.variants import variants_for
-from harness.spec.tolerances import QUANTITY_KINDS, ToleranceTable
+from harness.golden.golden_store import load_golden
+from harness.golden.reference import ReferenceInputs, train_reference
+from harness.plan.tolerances import QUANTITY_KINDS, ToleranceTable
+from harness.record.record_format import Record
 from harness.tasks import get_task
-from harness.truth.golden import load_golden
-from harness.truth.record import Record
-from harness.truth.reference import ReferenceInputs, train_reference
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass
 from harness.calibrate.calibrated import SAFETY_FACTOR, Proposal, family_proposals, task_tolerances
 from harness.calibrate.noise import Need, measure
 from harness.calibrate.thresholds import Threshold, detection_threshold
-from harness.spec.tolerances import ToleranceTable
+from harness.golden.golden_store import load_golden
+from harness.golden.reference import ReferenceInputs
+from harness.plan.tolerances import ToleranceTable
 from harness.tasks import get_task
-from harness.truth.golden import load_golden
-from harness.truth.reference import ReferenceInputs
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The bug is simulated on the reference side (every gradient times 1 + e before each optimizer
 step, `Perturbation.gradient_scale`), and the perturbed run is judged against the golden with a
-tolerance exactly as a cell is (harness.truth.compare.compare_record). A gradient reduction that
+tolerance exactly as a cell is (harness.judge.compare.compare_record). A gradient reduction that
 sums where it should average, an accumulation that divides twice, a loss scale left in: all move
 every gradient by a factor. A tolerance that lets a 10% factor through cannot see them.
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.spec.tolerances import Tolerance
+from harness.golden.reference import Perturbation, ReferenceInputs, train_reference
+from harness.judge.compare import compare_record
+from harness.plan.tolerances import Tolerance
+from harness.record.record_format import Record
 from harness.tasks.base import Task
-from harness.truth.compare import compare_record
-from harness.truth.record import Record
-from harness.truth.reference import Perturbation, ReferenceInputs, train_reference
 
 # The goals: a cell must catch a gradient error of this size at its precision.
 GOALS = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 2e-2}

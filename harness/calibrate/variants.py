@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from harness.spec.cell import PRECISIONS
-from harness.truth.reference import Perturbation
+from harness.golden.reference import Perturbation
+from harness.plan.cell import PRECISIONS
 
 HALF = ("fp16", "bf16")
 
@@ -17,7 +17,7 @@ HALF = ("fp16", "bf16")
 @dataclass(frozen=True)
 class Variant:
     perturbation: Perturbation
-    families: tuple[str, ...]  # tolerance families (harness.spec.tolerances.FAMILIES values)
+    families: tuple[str, ...]  # tolerance families (harness.plan.tolerances.FAMILIES values)
     precisions: tuple[str, ...]
     why: str
 
@@ -38,7 +38,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant(Perturbation(splits=2, half_weights="deepspeed", name="two_ranks_deepspeed_half"),
             ("zero",), HALF,
             "DeepSpeed's half precision: the model itself in fp16/bf16 under autocast, half gradients "
-            "accumulated in half, fp32 master weights stepped and rounded back (harness.truth.half_weights)"),
+            "accumulated in half, fp32 master weights stepped and rounded back "
+            "(harness.golden.half_weights)"),
     Variant(Perturbation(splits=2, half_weights="fsdp", name="two_ranks_fsdp_half"), ("plain",), HALF,
             "FSDP2's MixedPrecisionPolicy: whole layers (the loss included) in fp16/bf16 without "
             "autocast, each micro-batch's gradients reduced in fp32 into fp32 masters; fsdp is in the "

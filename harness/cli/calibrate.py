@@ -38,9 +38,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from harness.calibrate.calibrated import SAFETY_FACTOR, task_tolerances
     from harness.calibrate.report import check_lines, lines
     from harness.calibrate.study import run_study
-    from harness.spec.cell import PRECISIONS
-    from harness.spec.matrix import load_matrix
-    from harness.truth.golden import owned_golden_pairs
+    from harness.golden.golden_store import owned_golden_pairs
+    from harness.plan.cell import PRECISIONS
+    from harness.plan.matrix import load_matrix
 
     safety = SAFETY_FACTOR if args.safety_factor is None else args.safety_factor
     if args.check_records is not None and not ReportDir(args.check_records).report_json.is_file():

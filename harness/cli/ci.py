@@ -44,7 +44,7 @@ from harness.cli.ci_shards import (
 )
 from harness.layout.report_dir import ReportDir
 from harness.paths import REPO_ROOT
-from harness.spec.matrix import Environment, load_matrix
+from harness.plan.matrix import Environment, load_matrix
 
 WORKFLOW = ".github/workflows/matrix.yml"
 TORCH = "torch==2.13.0"  # pinned, installed first: the project's range would pull a newer build

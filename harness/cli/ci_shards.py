@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.layout.report_dir import ReportDir
-from harness.spec.matrix import Environment
+from harness.plan.matrix import Environment
 
 
 def shard_job_id(base: str, index: int, count: int) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from harness.truth.outcome import CellResult, Status
+from harness.judge.outcome import CellResult, Status
 
 EXIT_NOTHING_RAN = 5
 

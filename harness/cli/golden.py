@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.errors import EXIT_FAILED, GoldenError, explain
-from harness.spec.cell import PRECISIONS
-from harness.spec.matrix import Matrix, load_matrix
+from harness.plan.cell import PRECISIONS
+from harness.plan.matrix import Matrix, load_matrix
 
 if TYPE_CHECKING:  # the CLI loads torch only for the command that needs it
-    from harness.truth.golden_check import GoldenCheck
+    from harness.golden.golden_check import GoldenCheck
 
 EXIT_OK = 0
 
@@ -35,8 +35,8 @@ def add_arguments(golden: argparse.ArgumentParser) -> None:
 
 def matrix_tasks(matrix: Matrix) -> list[str]:
     """The tasks of the matrix that own a golden (a canary borrows its base task's)."""
+    from harness.golden.golden_store import owns_golden
     from harness.tasks import get_task
-    from harness.truth.golden import owns_golden
 
     names = dict.fromkeys(cell.task for cell in matrix.all_cells())
     return [name for name in names if owns_golden(get_task(name))]
@@ -46,7 +46,7 @@ def cmd_golden(args: argparse.Namespace) -> int:
     matrix = load_matrix(args.matrix)  # imports a user's tasks, says where the goldens are
     if args.show:
         return _show(matrix, args.show, args.precision)
-    from harness.truth import golden
+    from harness.golden import golden_store as golden
 
     known = matrix_tasks(matrix)
     tasks = args.task if args.task is not None else known
@@ -92,8 +92,8 @@ def _refused(refused: list[GoldenCheck]) -> int:
 
 
 def _show(matrix: Matrix, task: str, precisions: list[str] | None) -> int:
-    from harness.truth.golden import golden_stem_to_read, load_golden
-    from harness.truth.golden_show import show_golden
+    from harness.golden.golden_show import show_golden
+    from harness.golden.golden_store import golden_stem_to_read, load_golden
 
     known = matrix_tasks(matrix)
     if task not in known:

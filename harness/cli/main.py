@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_list(args: argparse.Namespace) -> int:
     from harness.cli.run import selected_cells
     from harness.cli.shard import shard_line, take_shard
-    from harness.spec.availability import check, probe_host
+    from harness.plan.availability import check, probe_host
 
     matrix, cells = selected_cells(args)
     cells, shard = take_shard(args, matrix, cells)

@@ -35,7 +35,7 @@ def add_arguments(report: argparse.ArgumentParser) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.report.merge import merge_report_dirs
+    from harness.report.merge_reports import merge_report_dirs
     from harness.report.summary import headline, unexpected
 
     merged = merge_report_dirs(args.dirs, args.out)

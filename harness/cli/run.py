@@ -16,11 +16,11 @@ from pathlib import Path
 from accelerate_core.imports import is_deepspeed_available
 from harness.cli.empty_run import EXIT_NOTHING_RAN, nothing_ran, nothing_ran_message
 from harness.errors import UsageError, explain
+from harness.judge.outcome import CellResult, Status
 from harness.layout.report_dir import ReportDir
-from harness.spec.cell import Cell
-from harness.spec.matrix import Matrix, load_matrix
-from harness.spec.selection import of_implementations, opt_in_requested, resume_requested, select
-from harness.truth.outcome import CellResult, Status
+from harness.plan.cell import Cell
+from harness.plan.matrix import Matrix, load_matrix
+from harness.plan.selection import of_implementations, opt_in_requested, resume_requested, select
 
 KEEP_ON_RESUME = (Status.PASSED, Status.SKIPPED, Status.XFAILED)
 
@@ -103,7 +103,7 @@ def check_env_pins(matrix: Matrix, name: str) -> None:
 
 def _print_record_changes(results: list[CellResult]) -> None:
     """--compare-records: how many cells' numbers moved against the other environment, and which."""
-    from harness.truth.record_changes import record_changes_summary, summary_line
+    from harness.judge.record_change_summary import record_changes_summary, summary_line
 
     summary = record_changes_summary(results)
     if summary is None:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from harness.errors import UsageError, explain
 from harness.layout.report_dir import ReportDir
+from harness.plan.availability import probe_host
+from harness.plan.matrix import load_matrix
+from harness.plan.selection import select
 from harness.script.cells import DEFAULT_REFERENCE, script_cells, script_name
-from harness.script.run import ScriptRun, run_script
-from harness.spec.availability import probe_host
-from harness.spec.matrix import load_matrix
-from harness.spec.selection import select
+from harness.script.script_run import ScriptRun, run_script
 
 
 def add_arguments(script: argparse.ArgumentParser) -> None:
@@ -50,8 +50,8 @@ def add_arguments(script: argparse.ArgumentParser) -> None:
 
 def cmd_script(args: argparse.Namespace) -> int:
     from harness.cli.run import check_writable, refuse_to_replace
+    from harness.plan.selection import of_implementations
     from harness.report import environment_info, print_summary, write_reports
-    from harness.spec.selection import of_implementations
 
     if not args.script.is_file():
         raise UsageError(explain(f"script {str(args.script)!r}", "no such file", "a path to a Python file",
@@ -78,7 +78,7 @@ def cmd_script(args: argparse.Namespace) -> int:
         arguments_for(run.arguments, cell, ReportDir(report_dir).cell_dir(cell.id))
 
     def progress(result: object) -> None:
-        from harness.truth.outcome import CellResult
+        from harness.judge.outcome import CellResult
 
         assert isinstance(result, CellResult)
         print(f"{result.id:<36} {result.status.value:<8} {result.duration_s:6.1f} s  {result.reason}",

@@ -9,9 +9,9 @@ from typing import Any
 
 from harness.errors import UsageError, explain
 from harness.layout.report_dir import ReportDir
+from harness.plan.cell import Cell
+from harness.plan.matrix import Matrix
 from harness.shard.spec import parse_shard
-from harness.spec.cell import Cell
-from harness.spec.matrix import Matrix
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +37,7 @@ def take_shard(
         return cells, None
     from harness.shard.costs import load_costs
     from harness.shard.identity import shard_block
-    from harness.shard.plan import plan_shards
+    from harness.shard.split import plan_shards
 
     costs = load_costs(args.shard_costs)
     plan = plan_shards(cells, args.shard.count, costs)

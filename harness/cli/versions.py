@@ -56,7 +56,7 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _table(args: argparse.Namespace) -> int:
-    from harness.report.merge import read_report_dir
+    from harness.report.merge_reports import read_report_dir
     from harness.versions.table import behaviour_columns, behaviours_markdown, version_row, versions_markdown
 
     reports = [read_report_dir(d) for d in args.dirs]

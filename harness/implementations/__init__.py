@@ -15,7 +15,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.spec.cell import CORE
+from harness.plan.cell import CORE
 
 if TYPE_CHECKING:
     from harness.implementations.base import Adapter

@@ -2,7 +2,7 @@
 task's autocast site (the first module autocast acts on) computed in, the dtype of its own
 parameters, and the dtype of the gradient that flowed back into it. What ran (backend, engine,
 sharding, world size, device) is the core's what_ran() (accelerate_core/evidence); the rank's
-recorder (harness.rank.recorder) puts both in the record, and the judge (harness.truth.evidence)
+recorder (harness.rank.recorder) puts both in the record, and the judge (harness.judge.evidence_check)
 checks them against the cell before any number.
 """
 
@@ -15,12 +15,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.truth.autocast_site import AutocastSite, floating_output, no_site_statement
+from harness.judge.autocast_site import AutocastSite, floating_output, no_site_statement
 
 
 @contextmanager
 def watching_activations(model: nn.Module, seen: dict[str, Any], site: AutocastSite | None) -> Iterator[None]:
-    """Record, in the first forward, the dtype the task's autocast site (harness.truth.autocast_site:
+    """Record, in the first forward, the dtype the task's autocast site (harness.judge.autocast_site:
     the first module autocast acts on, found from the task's model) computed its output in and the
     dtype of its own floating parameters, and the dtype of the first gradient that flows back into
     the output of a module autocast acts on (the first may be frozen, with no gradient to see). A

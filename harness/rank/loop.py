@@ -1,7 +1,7 @@
 """A task trained through an implementation of the Accelerator API (accelerate_core by default):
 the user loop, run on every rank of a launch.
 
-What it records mirrors harness.truth.reference exactly (same loop, same quantities), so a record and
+What it records mirrors harness.golden.reference exactly (same loop, same quantities), so a record and
 a golden differ only by what the backend did: the per-step loss is the global mean
 (accelerator.reduce), eval outputs are gathered without the padding of the last uneven batch
 (gather_for_metrics), the final state dict is the consolidated one (get_state_dict, a collective
@@ -19,20 +19,20 @@ from torch.utils.data import DataLoader
 
 from harness.implementations import adapter_for
 from harness.implementations.base import Adapter, CellSettings
+from harness.plan.cell import CORE
 from harness.rank.phases import PhaseTimer
 from harness.rank.recorder import RankRecorder
-from harness.rank.resume import RunSpan
-from harness.spec.cell import CORE
+from harness.rank.resume_point import RunSpan
+from harness.record.record_format import Fingerprint, Record
 from harness.tasks.base import Task
 from harness.tasks.shuffled import training_loader_options
-from harness.truth.record import Fingerprint, Record
 
 
 def train_task(task: Task, *, precision: str, cpu: bool, zero_stage: int | None,
                cpu_fp16_emulation: bool = False, span: RunSpan | None = None,
                timer: PhaseTimer | None = None, fsdp: bool = False,
                implementation: str = CORE) -> Record | None:
-    """Train `task` (the part of its run `span` says: harness.rank.resume) through
+    """Train `task` (the part of its run `span` says: harness.rank.resume_point) through
     `implementation` (harness.implementations: the core by default); return the Record on the
     main process, None on the others. `timer` hears where the time went (--profile). `fsdp`:
     shard with FSDP2; the user loop below is the same for every backend and implementation."""

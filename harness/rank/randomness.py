@@ -3,7 +3,7 @@ the forward pass): each rank's generator state compared across every training mi
 
 Why it matters: a multi-process run draws from one stream per process, the single-process golden
 from one stream for the whole batch, so their masks differ and any agreement with the golden is
-luck (the judge, harness.truth.judge, fails such cells with that reason rather than pass them).
+luck (the judge, harness.judge.cell_verdict, fails such cells with that reason rather than pass them).
 
 A micro-step runs from its training forward (the rank's recorder, harness.rank.recorder, hooks
 the prepared model) to the next one's, and one with an optimizer step ends with that step (the

@@ -15,7 +15,7 @@ the objects that ran, never from the cell's request:
   where gradients are whole on every rank (not ZeRO, not FSDP2), whether every rank held the same
   gradients before each optimizer step (harness.rank.collectives);
 - whether a training micro-step drew random numbers (harness.rank.randomness).
-The judge (harness.truth.evidence) checks the evidence against the cell before any number.
+The judge (harness.judge.evidence_check) checks the evidence against the cell before any number.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from torch import nn
 
 from accelerate_core.observers import Observer
 from harness.implementations.base import Adapter
+from harness.judge.autocast_site import autocast_site
 from harness.rank.activations import watching_activations
 from harness.rank.collectives import CollectiveCounter, gradients_agree_across_ranks
 from harness.rank.randomness import RandomDraws
-from harness.rank.resume import RunSpan
+from harness.rank.resume_point import RunSpan
 from harness.tasks.base import Task
-from harness.truth.autocast_site import autocast_site
 
 
 class RankRecorder(Observer):

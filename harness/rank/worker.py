@@ -29,8 +29,8 @@ from typing import Any, TextIO
 
 from harness.atomic_files import write_text_atomic
 from harness.layout.launch_dir import LaunchDir
+from harness.plan.cell import Cell, cell_from_fields
 from harness.rank.phases import PhaseTimer
-from harness.spec.cell import Cell, cell_from_fields
 
 EXIT_CELL_ERROR = 3
 _keep_open: list[TextIO] = []  # faulthandler writes to these fds for the life of the process
@@ -118,7 +118,7 @@ def build_deepspeed_cpu_ops() -> None:
 def run_cell(cell: Cell, emulated: bool, records_dir: Path, timer: PhaseTimer | None = None) -> Any:
     """Train one cell through the core on this rank; returns the Record on the main process."""
     from harness.rank.loop import train_task
-    from harness.rank.resume import span_of, with_source
+    from harness.rank.resume_point import span_of, with_source
     from harness.tasks import get_task
 
     task = get_task(cell.task)
@@ -129,7 +129,7 @@ def run_cell(cell: Cell, emulated: bool, records_dir: Path, timer: PhaseTimer | 
         zero_stage=cell.zero_stage,
         fsdp=cell.is_fsdp,
         cpu_fp16_emulation=emulated,
-        span=span_of(cell, records_dir),  # a resume source or destination: harness.rank.resume
+        span=span_of(cell, records_dir),  # a resume source or destination: harness.rank.resume_point
         timer=timer,
         implementation=cell.implementation,
     )

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.spec.cell import ResumeCell
-from harness.truth.outcome import CellResult
+from harness.judge.outcome import CellResult
+from harness.plan.cell import ResumeCell
 
 RowKey = tuple[str, ...]  # (task,) or (environment, task)
 

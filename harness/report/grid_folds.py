@@ -15,13 +15,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from harness.judge.outcome import CellResult, Status
 from harness.report.grid import Grid
-from harness.truth.outcome import CellResult, Status
 
 MIN_FOLDED_COLUMNS = 2  # folding one column into one saves nothing and hides its name
 
 # Reasons that differ only in a count, for one cause a reader acts on once. The wording is
-# harness/spec/availability.py's (check(): reason code NO_CUDA); tests pin it against check().
+# harness/plan/availability.py's (check(): reason code NO_CUDA); tests pin it against check().
 _KINDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"needs \d+ CUDA devices?, found 0"), "no CUDA device"),
 )

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from harness.judge.outcome import CellResult, Status
 from harness.report.html_grid import grid_html, resume_grids_html
 from harness.report.html_parts import (
     COLOUR,
@@ -35,12 +36,11 @@ from harness.report.html_parts import (
     badge,
     merged_anchor,
 )
-from harness.report.merged import CrossCheck, MergedReport
+from harness.report.merged_report import CrossCheck, MergedReport
 from harness.report.near_miss import NEAR_MISS_SHARE, count_text, near_misses, rule_text
 from harness.report.summary import by_severity, headline, margin, margin_text, ok, tolerance_share, unexpected
 from harness.report.svg import loss_curve_svg
 from harness.report.text import DETAIL_TAIL_CHARS, comparison_line
-from harness.truth.outcome import CellResult, Status
 
 # Cells whose curve is drawn: those where the curve explains something.
 CURVE_STATUSES = (Status.FAILED, Status.XPASSED, Status.XFAILED, Status.CRASHED, Status.TIMEOUT)

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
+from harness.judge.outcome import CellResult, Status
 from harness.report.grid import Grid
 from harness.report.grid_folds import Fold, fold
 from harness.report.html_parts import Anchor, badge, square
 from harness.report.resume_grid import ResumeGrid
-from harness.truth.outcome import CellResult, Status
 
 
 def _row_labels(grid: Grid, index: int, by_environment: bool) -> str:

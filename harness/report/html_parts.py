@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from html import escape
 
+from harness.judge.outcome import CellResult, Status
 from harness.report.summary import margin_text
-from harness.truth.outcome import CellResult, Status
 
 COLOUR = {
     Status.PASSED: "#2e7d32",

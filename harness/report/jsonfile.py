@@ -14,11 +14,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from harness.report.merged import MergedReport
+from harness.judge.outcome import CellResult
+from harness.judge.record_change_summary import record_changes_summary
+from harness.report.merged_report import MergedReport
 from harness.report.near_miss import near_misses_json
 from harness.report.summary import counts, ok
-from harness.truth.outcome import CellResult
-from harness.truth.record_changes import record_changes_summary
 
 SCHEMA_VERSION = 1
 

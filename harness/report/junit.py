@@ -10,10 +10,10 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from typing import Any
 
-from harness.report.merged import MergedReport
+from harness.judge.outcome import CellResult, Status
+from harness.report.merged_report import MergedReport
 from harness.report.near_miss import count_text, near_misses, rule_text
 from harness.report.text import failure_text
-from harness.truth.outcome import CellResult, Status
 
 _FAILURE = (Status.FAILED, Status.XPASSED)
 _ERROR = (Status.ERROR, Status.TIMEOUT, Status.CRASHED)

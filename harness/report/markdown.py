@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from harness.judge.outcome import CellResult, Status
 from harness.layout.report_dir import ReportDir
 from harness.report.markdown_grid import grid_markdown
-from harness.report.merged import MergedReport
+from harness.report.merged_report import MergedReport
 from harness.report.near_miss import count_text, near_misses, rule_text
 from harness.report.record_changes import record_changes_markdown
 from harness.report.summary import SYMBOL, by_severity, headline, margin_text, ok, unexpected
 from harness.report.text import DETAIL_TAIL_CHARS, failure_text
-from harness.truth.outcome import CellResult, Status
 
 # The worst 30 diagnoses (at most ~2.5 KB each) keep a failing run's summary near 100 KB; the
 # table above them lists every unexpected result, report.html every diagnosis.

@@ -14,10 +14,10 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 
+from harness.judge.outcome import CellResult, Status
 from harness.report.grid import Grid
 from harness.report.grid_folds import Fold, fold
 from harness.report.summary import SYMBOL
-from harness.truth.outcome import CellResult, Status
 
 WRAP = 100  # prose lines wrap here; markdown joins a list item's lines again
 # A table's rendered width, in characters, above which the visible grid is cut between launch

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness.judge.outcome import CellResult, Status
 from harness.report.summary import margin, tolerance_share
 from harness.report.text import percent
-from harness.truth.outcome import CellResult, Status
 
 # 80%: a fifth of the bound left. Below it, shares of real passing cells spread over orders of
 # magnitude (bit-identical 0%, fp32 reductions <1%, bf16 tens of percent); above it, one

@@ -1,5 +1,5 @@
 """report.md's section on how the cells' numbers changed against another environment
-(`--compare-records`; the summary itself: harness/truth/record_changes.py).
+(`--compare-records`; the summary itself: harness/judge/record_change_summary.py).
 
 It leads with the counts, then lists only rows that say something: the cells whose numbers moved
 (diverged first, then within tolerance). Cells not compared are one line per reason, their ids
@@ -16,8 +16,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from harness.truth.outcome import CellResult
-from harness.truth.record_changes import record_changes_summary, summary_line
+from harness.judge.outcome import CellResult
+from harness.judge.record_change_summary import record_changes_summary, summary_line
 
 NOT_COMPARED = "not compared"
 ORDER = ("diverged", "within tolerance")  # the rows listed, in this order
@@ -36,7 +36,7 @@ def diff_text(value: Any) -> str:
 
 def not_compared_reason(change: dict[str, Any]) -> str:
     """Why a cell's record was not compared, in the words a reader acts on. The note is the
-    loading error of the other environment's record (harness/truth/version_diff.py)."""
+    loading error of the other environment's record (harness/judge/version_diff.py)."""
     against = str(change.get("against") or "the other environment")
     note = str(change.get("note") or "")
     if "does not exist" in note:  # the usual case: the cell did not run there (a ZeRO cell in nodeepspeed)

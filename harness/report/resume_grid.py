@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.spec.cell import ResumeCell
-from harness.truth.outcome import CellResult
+from harness.judge.outcome import CellResult
+from harness.plan.cell import ResumeCell
 
 
 def is_resume(result: CellResult) -> bool:

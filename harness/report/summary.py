@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from harness.judge.outcome import CellResult, Comparison, Status
 from harness.report.text import percent
-from harness.truth.outcome import CellResult, Comparison, Status
 
 SMALLEST_SHARE = 1e-4  # a margin below 0.01% of the tolerance is shown as "<0.01%"
 

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from harness.judge.outcome import CellResult, Status
 from harness.report.near_miss import count_text, near_misses, rule_text
 from harness.report.summary import SYMBOL, by_severity, headline
-from harness.truth.outcome import CellResult, Status
 
 FOLD_AT = 3  # more passed (or same-reason skipped) cells than this share one row
 

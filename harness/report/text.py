@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from harness.truth.outcome import CellResult, Comparison, Status
+from harness.judge.outcome import CellResult, Comparison, Status
 
 DETAIL_TAIL_CHARS = 4000  # enough for a traceback or a stack dump's end, small enough to read
 
@@ -29,7 +29,7 @@ def percent(value: object) -> str:
 
 def _absent(value: object) -> bool:
     """A diff that was never computed: NaN, or "nan" read back from report.json. (A NaN in the
-    numbers compared yields an infinite diff, harness/truth/compare.py: NaN here means none.)"""
+    numbers compared yields an infinite diff, harness/judge/compare.py: NaN here means none.)"""
     try:
         return math.isnan(float(value))  # type: ignore[arg-type]
     except (TypeError, ValueError):

@@ -9,14 +9,14 @@ from typing import Any
 
 from harness.atomic_files import write_text_atomic
 from harness.errors import ReportDirError, explain
+from harness.judge.outcome import CellResult
 from harness.layout.report_dir import ReportDir
 from harness.report.environment import RunEnvironment
 from harness.report.html import render_html, render_merged_html
 from harness.report.jsonfile import render_json, render_merged_json
 from harness.report.junit import render_junit, render_merged_junit
 from harness.report.markdown import render_markdown, render_merged_markdown
-from harness.report.merged import MergedReport
-from harness.truth.outcome import CellResult
+from harness.report.merged_report import MergedReport
 
 Renderer = Callable[[Sequence[CellResult], dict[str, Any]], str]
 

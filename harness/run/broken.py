@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.run.launch import LaunchOutcome
-from harness.spec.cell import Cell
-from harness.truth.judge import new_result
-from harness.truth.outcome import CellResult, Failure, Status
+from harness.judge.cell_verdict import new_result
+from harness.judge.outcome import CellResult, Failure, Status
+from harness.plan.cell import Cell
+from harness.run.torchrun_launch import LaunchOutcome
 
 
 def broken_result(cell: Cell, outcome: LaunchOutcome, launch_dir: Path, timeout_s: float,

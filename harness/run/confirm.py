@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.judge.cell_verdict import cross_environment
+from harness.judge.outcome import CellResult, Rerun, Status
 from harness.layout.report_dir import ReportDir
+from harness.plan.cell import Cell
+from harness.record.record_format import Record
 from harness.run.context import RunContext
 from harness.run.judging import judging
 from harness.run.launch_loop import launch_cells
-from harness.spec.cell import Cell
-from harness.truth.judge import cross_environment
-from harness.truth.outcome import CellResult, Rerun, Status
-from harness.truth.record import Record
 
 
 def confirm_failures(run: RunContext, key: str, cells: list[Cell]) -> None:

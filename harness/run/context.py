@@ -1,5 +1,5 @@
 """The state one run shares between its launch threads, the confirmation of failures
-(harness.run.confirm) and the resume cells (harness.run.resume): the options, the results so far,
+(harness.run.confirm) and the resume cells (harness.run.resume_launches): the options, the results so far,
 whether the run is stopping, and the start-up and time of every launch.
 
 Callers hand their own callbacks to the launch loop (harness.run.launch_loop); their types are
@@ -13,16 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.judge.cell_verdict import apply_expected
+from harness.judge.outcome import CellResult
 from harness.layout.report_dir import ReportDir
+from harness.plan.cell import Cell
+from harness.plan.matrix import Matrix
 from harness.run.deepspeed_ops import ensure_deepspeed_ops
-from harness.run.launch import launch_env
 from harness.run.options import ProgressLike, RunOptions
 from harness.run.profile import RunClock
 from harness.run.startup import StartupSummary
-from harness.spec.cell import Cell
-from harness.spec.matrix import Matrix
-from harness.truth.judge import apply_expected
-from harness.truth.outcome import CellResult
+from harness.run.torchrun_launch import launch_env
 
 # A cell finished: judge it (cell id, seconds); False ends its launch there.
 OnJudged = Callable[[str, float], bool]

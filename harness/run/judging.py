@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from harness.judge.cell_verdict import judge_record
+from harness.judge.outcome import Failure, Status
+from harness.plan.cell import Cell
 from harness.run.context import OnBroken, OnJudged, RunContext
 from harness.run.record_compare import compare_dir, note_record_change
-from harness.spec.cell import Cell
-from harness.truth.judge import judge_record
-from harness.truth.outcome import Failure, Status
 
 
 def judging(run: RunContext, by_id: dict[str, Cell], records_dir: Path | None = None,

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.layout.launch_dir import LaunchDir
+from harness.plan.cell import Cell
 from harness.run.broken import broken_result
 from harness.run.context import OnBroken, OnJudged, OnLaunch, RunContext
-from harness.run.launch import run_launch
-from harness.spec.cell import Cell
+from harness.run.torchrun_launch import run_launch
 
 # Launches whose whole time is confirmation (harness.run.confirm), not start-up and cells.
 CONFIRMING_LABELS = ("-rerun", "-alone")

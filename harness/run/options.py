@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from harness.spec.availability import Host
-from harness.spec.matrix import Matrix
-from harness.truth.outcome import CellResult
+from harness.judge.outcome import CellResult
+from harness.plan.availability import Host
+from harness.plan.matrix import Matrix
 
 
 class ProgressLike(Protocol):

@@ -20,7 +20,7 @@ CELL_PHASES = ("setup", "training", "evaluation", "teardown", "save", "collector
 
 
 class LaunchTimes(Protocol):
-    """What a finished launch measured (harness.run.launch.LaunchOutcome)."""
+    """What a finished launch measured (harness.run.torchrun_launch.LaunchOutcome)."""
 
     startup_s: float | None
     finished: dict[str, float]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.judge.outcome import CellResult
 from harness.layout.report_dir import ReportDir
-from harness.spec.cell import Cell
-from harness.spec.matrix import Matrix
-from harness.truth.outcome import CellResult
+from harness.plan.cell import Cell
+from harness.plan.matrix import Matrix
 
 
 def compare_dir(compare_records: Path | None) -> Path | None:
@@ -23,7 +23,7 @@ def compare_dir(compare_records: Path | None) -> Path | None:
         return None
     from importlib import metadata
 
-    from harness.truth.version_diff import same_torch
+    from harness.judge.version_diff import same_torch
 
     if not same_torch(compare_records, metadata.version("torch")):
         return None
@@ -34,8 +34,8 @@ def note_record_change(compare_records: Path, matrix: Matrix, cell: Cell, result
                        stem: Path) -> None:
     """How the cell's numbers changed against the other environment's record, in the cell's
     report.json extra "record_change" (DeepSpeed cells too)."""
-    from harness.truth.record import Record
-    from harness.truth.version_diff import other_environment, record_change
+    from harness.judge.version_diff import other_environment, record_change
+    from harness.record.record_format import Record
 
     try:
         record = Record.load(stem)

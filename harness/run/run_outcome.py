@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.judge.outcome import CellResult
 from harness.run.startup import StartupSummary
-from harness.truth.outcome import CellResult
 
 
 @dataclass

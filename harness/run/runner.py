@@ -28,21 +28,21 @@ from __future__ import annotations
 
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 
+from harness.judge.outcome import CellResult
 from harness.layout.report_dir import ReportDir
+from harness.plan.availability import probe_host
+from harness.plan.cell import Cell
+from harness.plan.matrix import load_matrix
 from harness.run.confirm import confirm_failures
 from harness.run.context import RunContext
 from harness.run.judging import judging, needs_confirmation
 from harness.run.launch_loop import launch_cells
 from harness.run.options import ProgressLike, RunOptions
 from harness.run.processes import cleanup_all
-from harness.run.resume import run_resume
+from harness.run.resume_launches import run_resume
 from harness.run.run_outcome import RunInterrupted, RunOutcome
 from harness.run.schedule import launch_group_key, schedule
 from harness.run.startup import StartupSummary
-from harness.spec.availability import probe_host
-from harness.spec.cell import Cell
-from harness.spec.matrix import load_matrix
-from harness.truth.outcome import CellResult
 
 __all__ = ["ProgressLike", "RunInterrupted", "RunOptions", "RunOutcome", "launch_group_key", "run_cells",
            "run_outcome"]

@@ -3,18 +3,18 @@
 A cell whose task the harness cannot build is an error and one that cannot run here is skipped,
 both without a launch to pay for. The rest share a launch per shape (`launch_group_key`), with
 the cells declared to fail last in their group (a declared exception or crash ends its launch);
-resume cells go to harness.run.resume (a source launch, then a destination one).
+resume cells go to harness.run.resume_launches (a source launch, then a destination one).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.judge.cell_verdict import new_result
+from harness.judge.outcome import Status
+from harness.plan.availability import Host, check
+from harness.plan.cell import CORE, Cell, ResumeCell
 from harness.run.context import RunContext
-from harness.spec.availability import Host, check
-from harness.spec.cell import CORE, Cell, ResumeCell
-from harness.truth.judge import new_result
-from harness.truth.outcome import Status
 
 
 def launch_group_key(cell: Cell) -> str:

@@ -2,7 +2,7 @@
 
 `python -m harness script --implementation accelerate` launches a user's Hugging Face Accelerate
 script with a temporary directory first on `PYTHONPATH` holding the `sitecustomize.py` below
-(harness.script.launch writes it and deletes it when the launch ends, however it ends). Python
+(harness.script.script_launch writes it and deletes it when the launch ends, however it ends). Python
 runs it at start-up in every process of the launch; when `ACCELERATE_CORE_RECORD_DIR` is set it
 calls `activate()`, which imports nothing heavy: an import hook waits for the script's own import
 of `accelerate.accelerator`, then harness.script.accelerate_recording watches its Accelerator.
@@ -20,7 +20,7 @@ from types import ModuleType
 
 ACCELERATOR_MODULE = "accelerate.accelerator"
 SITECUSTOMIZE = (
-    "# Written by python -m harness script (harness/script/launch.py); deleted when the launch ends.\n"
+    "# Written by python -m harness script (harness/script/script_launch.py); deleted when the launch ends.\n"
     "import os\n"
     "import sys\n"
     "if os.environ.get({variable!r}):\n"

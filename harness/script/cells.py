@@ -14,8 +14,8 @@ from collections.abc import Collection
 from pathlib import Path
 
 from harness.errors import UsageError, explain
-from harness.spec.cell import CORE, DEVICES, PRECISIONS, STRATEGIES, TASK_NAME, Cell
-from harness.spec.matrix import Matrix
+from harness.plan.cell import CORE, DEVICES, PRECISIONS, STRATEGIES, TASK_NAME, Cell
+from harness.plan.matrix import Matrix
 
 DEFAULT_REFERENCE = "cpu1-single"  # at the cell's own precision; "cpu1-single-fp32" pins one
 # Every backend a cell can have (fsdp included): built from the cell's own axes, never a copy.

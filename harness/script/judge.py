@@ -1,15 +1,15 @@
 """Judging a script cell: evidence of what ran first, then every recorded quantity against the
-reference cell's record at the matrix's tolerance for the cell (harness.truth.compare)."""
+reference cell's record at the matrix's tolerance for the cell (harness.judge.compare)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from harness.spec.cell import Cell
-from harness.spec.matrix import Matrix
-from harness.truth.compare import compare_record, diagnose
-from harness.truth.outcome import CellResult, Status
-from harness.truth.record import Record
+from harness.judge.compare import compare_record, diagnose
+from harness.judge.outcome import CellResult, Status
+from harness.plan.cell import Cell
+from harness.plan.matrix import Matrix
+from harness.record.record_format import Record
 
 
 def script_evidence_mismatch(cell: Cell, evidence: dict[str, Any]) -> str | None:

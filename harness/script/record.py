@@ -16,8 +16,8 @@ import torch
 
 from accelerate_core.recording import RECORD_FORMAT
 from harness.errors import RecordError, explain
-from harness.spec.cell import Cell
-from harness.truth.record import Fingerprint, Record
+from harness.plan.cell import Cell
+from harness.record.record_format import Fingerprint, Record
 
 
 def load_script_record(path: Path, cell: Cell) -> Record:

@@ -104,8 +104,8 @@ def try_bug(bug: Bug, *, timeout_s: float, control: Control, keep: Path | None =
 def _refuse_unproven_before_running(bug: Bug, control: Control) -> None:
     """A cell of this entry that did not pass in the control is a catalog error whatever the patch
     does: said before a launch is spent on it (`_verdict` checks every cell that ran as well)."""
-    from harness.spec.cell import Cell
-    from harness.spec.selection import keyword_matches
+    from harness.plan.cell import Cell
+    from harness.plan.selection import keyword_matches
 
     failing = []
     for cell_id, status in control.statuses.items():

@@ -20,7 +20,7 @@ from typing import Any
 
 from harness.errors import ReportDirError, UsageError, explain
 from harness.layout.report_dir import ReportDir
-from harness.report.merged import EnvironmentReport
+from harness.report.merged_report import EnvironmentReport
 
 SAME_ENVIRONMENT = ("torch", "deepspeed", "python")  # environment keys every shard must share
 _VALID = "every shard of one run once: the report dirs of `python -m harness run --shard K/N` for K = 1..N"

@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.errors import UsageError, explain
 from harness.layout.report_dir import ReportDir
-from harness.spec.cell import Cell, ResumeCell
+from harness.plan.cell import Cell, ResumeCell
 
 # Mean seconds of one cell inside a running launch, by strategy (which fixes the process count
 # on CPU), measured over the full CPU matrix on the 2-core development machine after the rank
@@ -30,7 +30,7 @@ STRATEGY_SECONDS: dict[str, float] = {
 }
 # One launch's start-up (imports, process group, first initialize): 7-10 s on that machine. Every
 # shard that takes cells of a launch shape pays it again, which is why shapes stay whole when
-# that costs little balance (harness.shard.plan).
+# that costs little balance (harness.shard.split).
 STARTUP_S = 8.0
 BUILT_IN = "built-in table"
 

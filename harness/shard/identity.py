@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.paths import REPO_ROOT
+from harness.plan.cell import Cell
+from harness.plan.matrix import Matrix
 from harness.shard.costs import CostModel
-from harness.shard.plan import Plan
 from harness.shard.spec import ShardSpec
-from harness.spec.cell import Cell
-from harness.spec.matrix import Matrix
+from harness.shard.split import Plan
 
 
 def git_commit(root: Path = REPO_ROOT) -> str | None:
@@ -50,7 +50,7 @@ def file_sha256(path: Path) -> str | None:
 def goldens_sha256(matrix: Matrix, cells: Sequence[Cell]) -> str:
     """The goldens the whole selection is judged against (each golden's JSON holds its tensors'
     sha256, so hashing the JSON covers the tensors); one a task has none of counts as missing."""
-    from harness.truth.golden import golden_stem_to_read
+    from harness.golden.golden_store import golden_stem_to_read
 
     digest = hashlib.sha256()
     for task, precision in sorted({(cell.task, cell.precision) for cell in cells}):

@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.atomic_files import write_text_atomic
 from harness.errors import UsageError, explain
 from harness.paths import MATRIX_PATH
-from harness.spec.matrix import load_matrix
+from harness.plan.matrix import load_matrix
 from harness.starter.templates import MATRIX, MODELS, PACKAGE_INIT, TASKS
 
 DEFAULT_PACKAGE = "my_tasks"

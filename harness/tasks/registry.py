@@ -30,7 +30,7 @@ class TaskImportError(HarnessError, ValueError):
 
 def register_task(task: Task) -> Task:
     """Add `task` under `task.name`; registering the same definition twice is harmless."""
-    from harness.spec.cell import TASK_NAME
+    from harness.plan.cell import TASK_NAME
 
     if not isinstance(task, Task):
         raise TypeError(f"register_task({task!r}): not a harness.tasks.Task instance. "

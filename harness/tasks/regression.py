@@ -11,7 +11,7 @@ lowers linear to the half dtype and leaves elementwise ops in fp32, so with the 
 the bf16 golden was bit-identical to the fp32 one and a bf16 cell that silently ran fp32 passed at
 0% of its tolerance. Computed this way, the half-precision runs (golden and cells) compute the
 prediction in fp16/bf16 and record the dtype they computed it in (the model's own output: this
-model has no submodule, harness/truth/autocast_site.py). The loss stays fp32.
+model has no submodule, harness/judge/autocast_site.py). The loss stays fp32.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.judge.outcome import CellResult, Status
+from harness.judge.record_change_summary import record_changes_summary, summary_line
 from harness.layout.report_dir import ReportDir
-from harness.truth.outcome import CellResult, Status
-from harness.truth.record_changes import record_changes_summary, summary_line
 from harness.versions.behaviours import BEHAVIOURS, read_behaviours
 from harness.versions.status import read_status
 

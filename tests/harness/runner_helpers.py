@@ -260,7 +260,7 @@ SINGLE_CPU_EVIDENCE = {"strategy": "single", "strategy_class": "SingleDeviceStra
 
 def golden_as_record(golden_stem: Path, record_stem: Path) -> None:
     """A checked-in fp32 golden saved as a cpu1 single cell's record."""
-    from harness.truth.record import Record
+    from harness.record.record_format import Record
 
     record = Record.load(golden_stem)
     record.meta = {"evidence": dict(SINGLE_CPU_EVIDENCE)}

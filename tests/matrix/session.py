@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 
 from harness.atomic_files import write_text_atomic
+from harness.judge.outcome import CellResult
+from harness.plan.cell import Cell
+from harness.plan.matrix import load_matrix
 from harness.report import environment_info, write_reports
 from harness.run.runner import RunInterrupted, RunOptions, launch_group_key, run_cells
-from harness.spec.cell import Cell
-from harness.spec.matrix import load_matrix
-from harness.truth.outcome import CellResult
 from tests.matrix.options import REPO_ROOT, MatrixSettings
 
 __all__ = ["REPO_ROOT", "MatrixSession", "MatrixSettings", "cell_of"]

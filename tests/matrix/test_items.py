@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from accelerate_core.imports import is_deepspeed_available
-from harness.spec.cell import Cell
-from harness.spec.matrix import load_matrix
-from harness.truth.outcome import CellResult, Status
+from harness.judge.outcome import CellResult, Status
+from harness.plan.cell import Cell
+from harness.plan.matrix import load_matrix
 from tests.matrix import session as session_module
 from tests.matrix.session import REPO_ROOT, MatrixSession, MatrixSettings
 

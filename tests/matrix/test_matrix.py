@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
+from harness.judge.outcome import Status
+from harness.plan.cell import Cell
+from harness.plan.matrix import load_matrix
 from harness.report.text import failure_text
-from harness.spec.cell import Cell
-from harness.spec.matrix import load_matrix
-from harness.truth.outcome import Status
 from tests.matrix.session import MatrixSession, MatrixSettings
 
 # Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens); the cells

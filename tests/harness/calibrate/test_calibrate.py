@@ -15,11 +15,11 @@ from harness.calibrate.noise import measure
 from harness.calibrate.thresholds import GOALS, detection_threshold, first_failure
 from harness.calibrate.variants import splits_change_the_math, variants_for
 from harness.cli.main import main
-from harness.spec.matrix import load_matrix
+from harness.golden.golden_store import load_golden
+from harness.golden.reference import Perturbation, ReferenceInputs, train_reference
+from harness.plan.matrix import load_matrix
+from harness.record.record_format import Record
 from harness.tasks import get_task
-from harness.truth.golden import load_golden
-from harness.truth.record import Record
-from harness.truth.reference import Perturbation, ReferenceInputs, train_reference
 
 pytestmark = pytest.mark.goldens
 

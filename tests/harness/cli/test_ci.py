@@ -24,7 +24,7 @@ from harness.cli.ci import (
     to_yaml,
     workflow,
 )
-from harness.spec.matrix import load_matrix
+from harness.plan.matrix import load_matrix
 
 
 def test_committed_workflow_matches_the_matrix() -> None:

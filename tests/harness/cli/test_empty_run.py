@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.cli.empty_run import EXIT_NOTHING_RAN, nothing_ran, nothing_ran_message
-from harness.spec.cell import Cell
-from harness.truth.outcome import CellResult, Status
+from harness.judge.outcome import CellResult, Status
+from harness.plan.cell import Cell
 from tests.harness.runner_helpers import cells_by_id, run_harness, write_matrix
 
 

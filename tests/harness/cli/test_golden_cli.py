@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli.main import main
+from harness.golden.golden_store import load_golden, update_command
 from harness.paths import MATRIX_PATH
-from harness.truth.golden import load_golden, update_command
 
 # Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
 pytestmark = pytest.mark.goldens

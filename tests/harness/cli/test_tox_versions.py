@@ -9,7 +9,7 @@ import re
 import pytest
 
 from accelerate_core.deepspeed_support import UnsupportedDeepSpeedError, check_deepspeed_release
-from harness.spec.matrix import load_matrix
+from harness.plan.matrix import load_matrix
 from tests.distributed_helpers import REPO_ROOT
 
 SWEEP = {name: env for name, env in load_matrix().environments.items() if env.sweep}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.truth.record import Record, RecordError
+from harness.record.record_format import Record, RecordError
 
 WRITER = """
 import sys
@@ -36,7 +36,7 @@ for i in range(10**9):
 RECORD_WRITERS = """
 import os, sys
 from pathlib import Path
-from harness.truth.record import Record
+from harness.record.record_format import Record
 stem = Path(sys.argv[1])
 records = [Record.load(Path(p)) for p in sys.argv[2:]]
 for _ in sys.stdin:
@@ -75,7 +75,7 @@ def test_atomic_status_writes_survive_sigkill(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def two_records(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Two real, different records: the checked-in regression goldens at fp32 and bf16."""
-    from harness.truth.golden import golden_stem
+    from harness.golden.golden_store import golden_stem
 
     return golden_stem("regression", "fp32"), golden_stem("regression", "bf16")
 

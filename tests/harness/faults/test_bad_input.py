@@ -19,11 +19,11 @@ import pytest
 
 from accelerate_core.commands.main import main as core_main
 from accelerate_core.imports import is_deepspeed_available
+from harness.judge.cell_verdict import judge_record
+from harness.judge.outcome import Status
 from harness.paths import GOLDEN_DIR
-from harness.spec.cell import Cell
-from harness.spec.matrix import load_matrix
-from harness.truth.judge import judge_record
-from harness.truth.outcome import Status
+from harness.plan.cell import Cell
+from harness.plan.matrix import load_matrix
 from tests.cpu_paths import WITHOUT_NATIVE_FP16
 from tests.harness.runner_helpers import (
     SMALL_MATRIX,
@@ -182,14 +182,14 @@ GOLDENS = GOLDEN_DIR  # the repository's, or HARNESS_GOLDEN_DIR's (foreign golde
 
 @pytest.fixture
 def broken_goldens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    import harness.truth.golden
+    import harness.golden.golden_store
 
     golden_dir = tmp_path / "golden"
     golden_dir.mkdir()
     for suffix in (".json", ".safetensors"):
         shutil.copy(GOLDENS / f"regression-fp32{suffix}", golden_dir / f"regression-fp32{suffix}")
     golden_as_record(GOLDENS / "regression-fp32", tmp_path / "regression-cpu1-single-fp32")
-    monkeypatch.setattr(harness.truth.golden, "GOLDEN_DIR", golden_dir)
+    monkeypatch.setattr(harness.golden.golden_store, "GOLDEN_DIR", golden_dir)
     return golden_dir
 
 
@@ -236,7 +236,7 @@ def test_golden_tampered(broken_goldens: Path, tmp_path: Path) -> None:
 def test_golden_made_for_another_task_definition(broken_goldens: Path, tmp_path: Path) -> None:
     import json
 
-    from harness.truth.record import json_sha256
+    from harness.record.record_format import json_sha256
 
     meta = broken_goldens / "regression-fp32.json"
     body = json.loads(meta.read_text())

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.judge.outcome import Status
+from harness.plan.cell import Cell
 from harness.run.runner import RunOptions, run_cells
-from harness.spec.cell import Cell
 from harness.tasks import import_tasks
-from harness.truth.outcome import Status
 
 pytestmark = pytest.mark.slow  # one real launch
 

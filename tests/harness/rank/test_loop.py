@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.golden.golden_store import load_golden
+from harness.judge.compare import compare_record, diagnose
+from harness.plan.matrix import load_matrix
 from harness.rank.loop import train_task
-from harness.spec.matrix import load_matrix
+from harness.record.record_format import Record
 from harness.tasks import get_task
-from harness.truth.compare import compare_record, diagnose
-from harness.truth.golden import load_golden
-from harness.truth.record import Record
 from tests.distributed_helpers import run_distributed
 from tests.run_if import run_if
 

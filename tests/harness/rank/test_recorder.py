@@ -14,7 +14,7 @@ from torch import nn
 from accelerate_core import Accelerator
 from harness.implementations import adapter_for
 from harness.rank.recorder import RankRecorder
-from harness.rank.resume import RunSpan
+from harness.rank.resume_point import RunSpan
 from harness.tasks import get_task
 
 

@@ -8,9 +8,9 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from harness.plan.cell import Cell
 from harness.rank.worker import EXIT_CELL_ERROR
-from harness.spec.cell import Cell
-from harness.truth.record import Record
+from harness.record.record_format import Record
 from tests.harness.runner_helpers import REPO_ROOT
 
 

@@ -1,6 +1,6 @@
 """A synthetic result list the size of the real matrix, as `nox -s matrix` leaves it on a CPU-only
 machine: 10 tasks x 39 configurations (390 cells), the 240 CUDA cells skipped with the reasons
-harness/spec/availability.py gives, the CPU cells passed (or xfailed as matrix.toml declares for
+harness/plan/availability.py gives, the CPU cells passed (or xfailed as matrix.toml declares for
 plain BatchNorm and dropout on 2 processes), one passed cell at 95% of its tolerance. With
 `compare_records`, the deepspeed environment's run against nodeepspeed: every non-DeepSpeed
 cell bit-identical, every ZeRO cell not compared (nodeepspeed cannot run it).
@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.spec.availability import Host, check
-from harness.spec.cell import Cell
-from harness.spec.tolerances import Tolerance
-from harness.truth.outcome import CellResult, Comparison, Status
+from harness.judge.outcome import CellResult, Comparison, Status
+from harness.plan.availability import Host, check
+from harness.plan.cell import Cell
+from harness.plan.tolerances import Tolerance
 
 TASKS = ("regression", "classifier", "lm", "scalar", "root_param", "sgd_accum", "clip_norm",
          "batchnorm", "batchnorm_sync", "dropout")
@@ -52,7 +52,7 @@ def _record_change(cell: Cell, other: Path) -> dict[str, Any]:
     if not cell.is_deepspeed:
         return {"against": "nodeepspeed", "change": "bit-identical", "max_abs_diff": 0.0,
                 "first_difference": None, "tensors": 7, "changed_tensors": 0}
-    from harness.truth.version_diff import record_change
+    from harness.judge.version_diff import record_change
 
     # The real entry for a record the other environment never wrote (record is not read then).
     tolerance = Tolerance(cell.precision, "deepspeed", rtol=1e-3, atol=1e-5, reason="synthetic")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
+from harness.judge.outcome import CellResult, Status
+from harness.plan.availability import check
+from harness.plan.cell import Cell
 from harness.report.grid import Grid
 from harness.report.grid_folds import fold, label, skip_kind
 from harness.report.html import render_html
 from harness.report.markdown import render_markdown
-from harness.spec.availability import check
-from harness.spec.cell import Cell
-from harness.truth.outcome import CellResult, Status
 from tests.harness.report.full_matrix import CPU_HOST, ENVIRONMENT, NO_DEEPSPEED_HOST, PRECISIONS, full_matrix
 
 CPU_COLUMNS = [f"{s}-{p}" for s in ("cpu1-single", "cpu2-ddp", "cpu2-zero1", "cpu2-zero2", "cpu2-zero3")
@@ -24,7 +24,7 @@ def result(cell_id: str, status: Status, reason: str = "") -> CellResult:
 
 
 def test_skip_kind_names_the_cause_of_availability_reasons() -> None:
-    """The fold keys on the wording of harness/spec/availability.py: pinned against check()."""
+    """The fold keys on the wording of harness/plan/availability.py: pinned against check()."""
     one, two = (check(Cell.from_id(f"mlp-cuda{n}-zero1-bf16"), CPU_HOST).reason for n in (1, 2))
     assert (one, two) == ("needs 1 CUDA device, found 0", "needs 2 CUDA devices, found 0")
     assert skip_kind(one) == skip_kind(two) == "no CUDA device"

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from harness.cli.main import main
+from harness.golden.golden_store import load_golden
+from harness.judge.outcome import CellResult, Comparison, Status
+from harness.plan.cell import Cell
+from harness.record.record_format import Record
 from harness.report import write_reports
-from harness.spec.cell import Cell
-from harness.truth.golden import load_golden
-from harness.truth.outcome import CellResult, Comparison, Status
-from harness.truth.record import Record
 
 # Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).
 pytestmark = pytest.mark.goldens

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from harness.cli.main import main
+from harness.golden.golden_store import load_golden
+from harness.judge.outcome import CellResult, Status
+from harness.plan.cell import Cell
 from harness.report import write_reports
-from harness.spec.cell import Cell
-from harness.truth.golden import load_golden
-from harness.truth.outcome import CellResult, Status
 
 pytestmark = pytest.mark.goldens  # one test saves a golden as two shards' records
 

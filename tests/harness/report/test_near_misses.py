@@ -10,11 +10,11 @@ import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from harness.judge.outcome import CellResult, Comparison, Status
+from harness.plan.cell import Cell
 from harness.report import print_summary, write_reports
 from harness.report.near_miss import NEAR_MISS_SHARE, near_misses
 from harness.report.text import percent
-from harness.spec.cell import Cell
-from harness.truth.outcome import CellResult, Comparison, Status
 from tests.harness.report.full_matrix import ENVIRONMENT, NEAR_MISS, full_matrix
 
 CONTRACT = {"summary", "environment", "cells"}
@@ -99,7 +99,7 @@ def test_a_run_without_near_misses_says_so_quietly(tmp_path: Path) -> None:
 
 
 def test_a_merged_report_names_each_near_miss_environment(tmp_path: Path) -> None:
-    from harness.report.merge import merge_report_dirs
+    from harness.report.merge_reports import merge_report_dirs
 
     for name, share in (("nodeepspeed", 0.5), ("deepspeed", 0.9)):
         one = cell("lm-cpu1-single-fp32", Status.PASSED, share)

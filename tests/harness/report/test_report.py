@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from harness.judge.outcome import CellResult, Comparison, Status
+from harness.plan.cell import Cell
 from harness.report import Progress, print_summary, write_reports
 from harness.report import writer as writer_module
 from harness.report.svg import loss_curve_svg
 from harness.report.terminal import summary_rows
 from harness.report.text import comparison_line
 from harness.report.writer import ReportDirError
-from harness.spec.cell import Cell
-from harness.truth.outcome import CellResult, Comparison, Status
 
 # Its outcome depends on whether deepspeed is installed: tests(nodeepspeed) runs it too.
 pytestmark = pytest.mark.nodeepspeed

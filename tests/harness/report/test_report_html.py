@@ -9,10 +9,10 @@ from html.parser import HTMLParser
 
 import pytest
 
+from harness.judge.outcome import CellResult, Comparison, Status
+from harness.plan.cell import Cell
 from harness.report.html import render_html
 from harness.report.svg import loss_curve_svg, nice_ticks, tick_label, tick_labels
-from harness.spec.cell import Cell
-from harness.truth.outcome import CellResult, Comparison, Status
 
 ENV = {"name": "testenv", "python": "3.11", "torch": "2.13.0", "deepspeed": "not installed", "cpu_count": 2}
 NO_GPU = "needs 2 CUDA devices, found 0"

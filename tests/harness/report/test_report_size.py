@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.judge.outcome import CellResult, Status
+from harness.plan.cell import Cell
 from harness.report.markdown import MAX_DIAGNOSES, render_markdown
-from harness.spec.cell import Cell
-from harness.truth.outcome import CellResult, Status
 from tests.harness.report.full_matrix import ENVIRONMENT, NO_DEEPSPEED_HOST, full_matrix
 
 SIZE = 1024 * 1024

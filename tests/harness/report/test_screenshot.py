@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.judge.outcome import Status
 from harness.report import write_reports
 from harness.report.html_parts import COLOUR, FOLD_BACKGROUND, NEAR_MISS_BACKGROUND, NEAR_MISS_EDGE
-from harness.truth.outcome import Status
 from tests.harness.report.full_matrix import ENVIRONMENT, TASKS, full_matrix
 from tests.harness.report.png import read_png
 from tests.run_if import run_if, screenshot_script

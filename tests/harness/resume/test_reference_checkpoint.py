@@ -11,10 +11,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from harness.spec.resume import ResumePoint
+from harness.golden.reference import train_reference
+from harness.golden.reference_checkpoint import write_golden_checkpoint
+from harness.plan.resume_cells import ResumePoint
 from harness.tasks import get_task
-from harness.truth.reference import train_reference
-from harness.truth.reference_checkpoint import write_golden_checkpoint
 from tests.harness.runner_helpers import REPO_ROOT
 
 
@@ -55,6 +55,6 @@ def test_golden_checkpoint_holds_the_references_state_after_k_steps(tmp_path: Pa
 
 
 def test_the_writer_imports_nothing_of_the_core() -> None:
-    code = ("import sys, harness.truth.reference_checkpoint; "
+    code = ("import sys, harness.golden.reference_checkpoint; "
             "sys.exit(any(m.split('.')[0] == 'accelerate_core' for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=False).returncode == 0

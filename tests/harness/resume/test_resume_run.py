@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from harness.golden.golden_store import load_golden
+from harness.judge.outcome import CellResult, Failure, Status
+from harness.judge.resume_verdict import judge_resume
+from harness.plan.cell import Cell, ResumeCell
+from harness.plan.matrix import Matrix, load_matrix
+from harness.record.record_format import Record
 from harness.report import environment_info, write_reports
 from harness.run.runner import RunOptions, run_cells
-from harness.spec.cell import Cell, ResumeCell
-from harness.spec.matrix import Matrix, load_matrix
 from harness.tasks import get_task
-from harness.truth.golden import load_golden
-from harness.truth.outcome import CellResult, Failure, Status
-from harness.truth.record import Record
-from harness.truth.resume import judge_resume
 from tests.run_if import run_if
 
 pytestmark = [pytest.mark.goldens, pytest.mark.deepspeed, pytest.mark.slow,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.judge.outcome import Status
+from harness.plan.cell import Cell
 from harness.run.runner import RunOptions, run_cells
-from harness.spec.cell import Cell
-from harness.truth.outcome import Status
 from tests.run_if import run_if
 
 # One target per launch shape, and before it one cell of every other kind of that shape.

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.judge.outcome import Status
+from harness.plan.cell import Cell
+from harness.plan.matrix import load_matrix
+from harness.record.record_format import Record
 from harness.run.runner import RunOptions, run_cells
-from harness.spec.cell import Cell
-from harness.spec.matrix import load_matrix
-from harness.truth.outcome import Status
-from harness.truth.record import Record
 from tests.harness.runner_helpers import cells_by_id, report, run_harness_in_process
 
 # Reads the goldens: run again against goldens made elsewhere (nox -s foreign_goldens).

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.judge.outcome import CellResult, Status
 from harness.layout.report_dir import ReportDir
 from harness.run.profile import CELL_PHASES, profile_lines
-from harness.truth.outcome import CellResult, Status
 from tests.harness.runner_helpers import (
     SMALL_MATRIX,
     output_tail,

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.judge.cell_verdict import cross_environment
+from harness.judge.outcome import CellResult, Failure, Status
 from harness.layout.launch_dir import LaunchDir
 from harness.layout.report_dir import ReportDir
+from harness.plan.cell import Cell
+from harness.record.record_format import Record
 from harness.run.runner import RunOptions, RunOutcome, launch_group_key, run_cells, run_outcome
-from harness.spec.cell import Cell
-from harness.truth.judge import cross_environment
-from harness.truth.outcome import CellResult, Failure, Status
-from harness.truth.record import Record
 from tests.harness.runner_helpers import assert_no_leftovers
 
 pytestmark = pytest.mark.slow  # real torchrun launches: seconds each

@@ -28,10 +28,10 @@ from typing import Any
 
 import pytest
 
+from harness.plan.cell import Cell
+from harness.plan.matrix import load_matrix
 from harness.script.cells import reference_of, script_cells
-from harness.script.launch import accelerate_launch_flags, accelerate_shim
-from harness.spec.cell import Cell
-from harness.spec.matrix import load_matrix
+from harness.script.script_launch import accelerate_launch_flags, accelerate_shim
 from tests.harness.runner_helpers import REPO_ROOT, run_harness_in_process
 
 EXAMPLE = REPO_ROOT / "examples" / "accelerate_train.py"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
+from harness.plan.cell import STRATEGIES, Cell
+from harness.plan.matrix import load_matrix
 from harness.script.cells import arguments_for, reference_of, script_cells, script_name
-from harness.spec.cell import STRATEGIES, Cell
-from harness.spec.matrix import load_matrix
 
 
 def test_the_cells_are_the_matrix_backends_with_the_script_as_task() -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.script import launch as script_launch
-from harness.spec.cell import Cell
+from harness.plan.cell import Cell
+from harness.script import script_launch
 
 CELL = Cell.from_id("t-cpu2-ddp-fp32-accelerate")
 BIND = "import socket, sys; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); print('bound')"

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from harness.plan.matrix import load_matrix
+from harness.plan.selection import keyword_matches
 from harness.sensitivity.bug import Bug
 from harness.sensitivity.catalog import CATALOG, by_name
 from harness.sensitivity.kill import KillRow, judge_cells, summary_lines
 from harness.sensitivity.trial import Control
-from harness.spec.matrix import load_matrix
-from harness.spec.selection import keyword_matches
 
 _BUG = Bug(name="toy", area="ddp", file="strategies/ddp.py", search="a", replace="b",
            select="regression-cpu2-ddp-fp32", affects="cpu2-ddp", imitates="a toy entry")

@@ -10,8 +10,8 @@ import dataclasses
 import torch
 from torch.utils.data import DataLoader
 
+from harness.golden.reference import train_reference
 from harness.tasks import Task, get_task
-from harness.truth.reference import train_reference
 
 
 def _pre_clip_norms(task: Task) -> list[float]:

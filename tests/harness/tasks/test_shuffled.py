@@ -11,10 +11,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from harness.errors import HarnessError
+from harness.golden.reference import train_reference
+from harness.golden.reference_checkpoint import write_golden_checkpoint
 from harness.tasks import ShuffledTask, get_task, training_loader_options
 from harness.tasks.base import DictDataset
-from harness.truth.reference import train_reference
-from harness.truth.reference_checkpoint import write_golden_checkpoint
 
 
 def test_a_shuffled_task_builds_a_seeded_shuffling_loader_and_the_others_keep_order() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import MatrixError
-from harness.spec.matrix import load_matrix
+from harness.plan.matrix import load_matrix
 from harness.starter import tolerances_text
 from harness.tasks import get_task, import_tasks
 from harness.tasks.registry import TaskImportError, import_paths_of, is_builtin

@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 import torch
 
+from harness.golden.reference import train_reference
 from harness.tasks import get_task, register_task, task_names
 from harness.tasks.base import Task
 from harness.tasks.lm import LMTask
 from harness.tasks.regression import RegressionTask
-from harness.truth.reference import train_reference
 
 BUILTIN = ("regression", "classifier", "lm", "scalar", "root_param")
 

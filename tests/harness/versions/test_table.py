@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.spec.cell import Cell
-from harness.truth.outcome import CellResult, Status
+from harness.judge.outcome import CellResult, Status
+from harness.plan.cell import Cell
 from harness.versions.status import write_status
 from harness.versions.table import version_row, versions_markdown
 

@@ -1,0 +1,1 @@
+"""The record format: what one run produced (`Record`, `Fingerprint`) and its files."""

@@ -1,7 +1,0 @@
-"""The dtype, as evidence names it ("bfloat16"), that each precision of the matrix computes in:
-shared by the judge of every backend (harness.truth.evidence) and of FSDP2's
-(harness.truth.fsdp_evidence), which must not import each other."""
-
-from __future__ import annotations
-
-COMPUTE_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}

@@ -1,0 +1,62 @@
+"""The reference's perturbations (harness.golden.reference.Perturbation), each checked against a
+computation of its own: the default is the golden's loop, a split averages the halves' gradients,
+a gradient scale scales the step, half weights keep fp32 masters."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.golden.reference import Perturbation, ReferenceInputs, ReferenceState, train_reference
+from harness.tasks import get_task
+
+
+def _after_one_step(name: str, precision: str, perturbation: Perturbation) -> ReferenceState:
+    seen: list[ReferenceState] = []
+    train_reference(get_task(name), precision, stop_at=(1, seen.append), perturbation=perturbation)
+    return seen[0]
+
+
+def test_no_perturbation_is_the_golden_loop_bit_for_bit() -> None:
+    task = get_task("lm")
+    plain = train_reference(task, "bf16")
+    explicit = train_reference(task, "bf16", perturbation=Perturbation())
+    assert plain.losses == explicit.losses
+    assert all(torch.equal(plain.state_dict[k], explicit.state_dict[k]) for k in plain.state_dict)
+
+
+def test_a_split_logs_the_mean_of_the_halves_losses_and_averages_their_gradients() -> None:
+    task = get_task("regression")  # plain SGD: the first step is -lr x the gradient
+    inputs = ReferenceInputs.of(task)
+    model = task.build_model()
+    model.load_state_dict(inputs.initial_state)
+    batch = {k: v[: task.global_batch_size] for k, v in inputs.train.items()}
+    halves = [{k: v.chunk(2)[i] for k, v in batch.items()} for i in range(2)]
+    losses = [model(**half).loss for half in halves]
+    grads = [torch.autograd.grad(loss, list(model.parameters())) for loss in losses]
+    record = train_reference(task, "fp32", inputs=inputs, perturbation=Perturbation(splits=2))
+    assert record.losses[0] == sum(loss.item() for loss in losses) / 2
+    state = _after_one_step("regression", "fp32", Perturbation(splits=2))
+    lr = task.build_optimizer(model).param_groups[0]["lr"]
+    for (name, start), g0, g1 in zip(inputs.initial_state.items(), *grads, strict=True):
+        expected = start - lr * (g0 + g1) / 2
+        torch.testing.assert_close(state.model.state_dict()[name], expected, rtol=1e-6, atol=1e-7)
+
+
+def test_a_gradient_scale_scales_the_first_sgd_step_by_the_same_factor() -> None:
+    start = ReferenceInputs.of(get_task("regression")).initial_state
+    plain = _after_one_step("regression", "fp32", Perturbation()).model.state_dict()
+    scaled = _after_one_step("regression", "fp32", Perturbation(gradient_scale=1.5)).model.state_dict()
+    for name, value in start.items():
+        torch.testing.assert_close(scaled[name] - value, 1.5 * (plain[name] - value), rtol=1e-5, atol=1e-8)
+
+
+def test_half_weights_step_fp32_masters_and_compute_with_half_copies() -> None:
+    for style in ("deepspeed", "fsdp"):
+        state = _after_one_step("lm", "bf16", Perturbation(splits=2, half_weights=style))
+        assert {p.dtype for p in state.model.parameters()} == {torch.float32}  # what the optimizer steps
+        half = Perturbation(splits=2, half_weights=style)
+        record = train_reference(get_task("lm"), "bf16", perturbation=half)
+        assert record.eval_outputs["logits"].dtype == torch.bfloat16  # computed by the half copy
+        assert all(v.dtype == torch.float32 for k, v in record.state_dict.items() if v.is_floating_point())
+        golden_loop = train_reference(get_task("lm"), "bf16", perturbation=Perturbation(splits=2))
+        assert record.losses != golden_loop.losses  # the half semantics are not autocast's
