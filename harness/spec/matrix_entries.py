@@ -41,6 +41,7 @@ class Expected:
     # A regular expression that must be found (re.search) in the cell's diagnosis (its reason;
     # for an exception, also its traceback); None: any diagnosis of that status.
     diagnosis: re.Pattern[str] | None = None
+    index: int = 0  # its place among the matrix's [[expected]] entries (1 = the first; 0 = not from a file)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Environment:
     # The dependency-version sweep (`nox -s versions`, the scheduled CI job); docs/versions.md.
     torch_version: str = ""  # pinned torch release ("" = the project's default pin)
     deepspeed_version: str = ""  # pinned deepspeed release ("" = the project's declared range)
+    accelerate_version: str = ""  # pinned accelerate release (implementation "accelerate" only)
     sweep: bool = False  # only in the version sweep, not in `nox -s matrix` / push CI
     compare_with: str = ""  # the environment whose records this one's numbers are compared with
     # CI runs it as this many jobs, each `--shard K/N`, and merges them (docs/shards.md).
@@ -187,24 +189,30 @@ def parse_expected(file: Path, i: int, entry: dict[str, Any], valid_axes: dict[s
                       "a Python regex found in the diagnosis, e.g. 'per-rank batch statistics'",
                       "fix the pattern (or drop `match` to accept any diagnosis)") from None
     return Expected(match, status, parse_reason(file, where, entry), tuple(entry.get("environments", [])),
-                    diagnosis)
+                    diagnosis, index=i + 1)
 
 
 def parse_environment(file: Path, name: str, body: dict[str, Any]) -> Environment:
     where = f"[environments.{name}]"
     only_keys(file, where, body, ("description", "deepspeed", "device", "extras", "runs_on", "markexpr",
                                   "torch_version", "deepspeed_version", "sweep", "compare_with", "shards",
-                                  "implementation"))
+                                  "implementation", "accelerate_version"))
     implementation = body.get("implementation", "core")
     if implementation not in implementations.names():
         raise bad(file, where + ".implementation", implementation, "not an implementation of the axis",
                   implementations.names(), "use one of these")
     shards = _parse_shards(file, where, body)
-    for key in ("torch_version", "deepspeed_version"):
+    for key in ("torch_version", "deepspeed_version", "accelerate_version"):
         pin = body.get(key, "")
         if not isinstance(pin, str) or (pin and not _RELEASE.fullmatch(pin)):
             raise bad(file, f"{where}.{key}", pin, "it must be one exact release to pin",
                       "a release number such as '2.13.0' or '0.19.8'", f'write {key} = "X.Y.Z"')
+    if body.get("accelerate_version") and implementation != "accelerate":
+        raise bad(file, where + ".accelerate_version", body["accelerate_version"],
+                  f"it pins accelerate in an environment whose implementation is {implementation!r}, "
+                  "whose cells never import accelerate",
+                  "implementation = 'accelerate' with a pin, or no pin",
+                  'write implementation = "accelerate", or drop the pin')
     if body.get("deepspeed_version") and body.get("deepspeed") is not True:
         raise bad(file, where + ".deepspeed_version", body["deepspeed_version"],
                   "it pins deepspeed in an environment that says deepspeed is absent",
@@ -231,6 +239,7 @@ def parse_environment(file: Path, name: str, body: dict[str, Any]) -> Environmen
         markexpr=str(body.get("markexpr", "")),
         torch_version=body.get("torch_version", ""),
         deepspeed_version=body.get("deepspeed_version", ""),
+        accelerate_version=body.get("accelerate_version", ""),
         sweep=bool(body.get("sweep", False)),
         compare_with=str(body.get("compare_with", "")),
         shards=shards,
