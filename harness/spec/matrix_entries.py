@@ -13,6 +13,7 @@ from typing import Any
 from harness import implementations
 from harness.errors import MatrixError, explain
 from harness.spec.cell import DEVICES, TASK_NAME, Cell, Device, StrategyName
+from harness.versions.release_condition import EXAMPLE, ReleaseCondition, parse_condition
 
 MATCH_KEYS = ("task", "device", "processes", "strategy", "precision", "implementation")
 # How a declared failure fails (`status` of an [[expected]] entry); a cell that fails another
@@ -42,6 +43,8 @@ class Expected:
     # for an exception, also its traceback); None: any diagnosis of that status.
     diagnosis: re.Pattern[str] | None = None
     index: int = 0  # its place among the matrix's [[expected]] entries (1 = the first; 0 = not from a file)
+    # The Accelerate releases it holds for (harness.versions.release_condition); None: every release.
+    accelerate_versions: ReleaseCondition | None = None
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,9 @@ def parse_reason(file: Path, where: str, entry: dict[str, Any]) -> str:
 
 def parse_expected(file: Path, i: int, entry: dict[str, Any], valid_axes: dict[str, Any]) -> Expected:
     where = f"[[expected]] #{i + 1}"
-    match = parse_match(file, where, entry, valid_axes, extra=("status", "match", "reason", "environments"))
+    match = parse_match(file, where, entry, valid_axes,
+                        extra=("status", "match", "reason", "environments", "accelerate_versions"))
+    releases = _parse_releases(file, where, entry, match)
     status = entry.get("status", "failed")
     if status == "xfailed":
         raise bad(
@@ -189,7 +194,26 @@ def parse_expected(file: Path, i: int, entry: dict[str, Any], valid_axes: dict[s
                       "a Python regex found in the diagnosis, e.g. 'per-rank batch statistics'",
                       "fix the pattern (or drop `match` to accept any diagnosis)") from None
     return Expected(match, status, parse_reason(file, where, entry), tuple(entry.get("environments", [])),
-                    diagnosis, index=i + 1)
+                    diagnosis, index=i + 1, accelerate_versions=releases)
+
+
+def _parse_releases(file: Path, where: str, entry: dict[str, Any], match: Match) -> ReleaseCondition | None:
+    """`accelerate_versions`: only on an entry of the accelerate implementation's cells alone."""
+    if "accelerate_versions" not in entry:
+        return None
+    given = entry["accelerate_versions"]
+    if match.values.get("implementation") != ("accelerate",):
+        raise bad(file, where + ".accelerate_versions", given,
+                  "a release condition on accelerate needs an entry of Accelerate's cells alone "
+                  f"(this one selects implementation {list(match.values.get('implementation', ['any']))})",
+                  "implementation = 'accelerate' beside it", 'add implementation = "accelerate", or drop '
+                  "accelerate_versions")
+    try:
+        return parse_condition(given)
+    except ValueError as exc:
+        raise bad(file, where + ".accelerate_versions", given, f"not a release condition ({exc})",
+                  f"comparisons joined by commas, e.g. {EXAMPLE}",
+                  'write e.g. accelerate_versions = "<1.2" (the releases this outcome holds for)') from None
 
 
 def parse_environment(file: Path, name: str, body: dict[str, Any]) -> Environment:

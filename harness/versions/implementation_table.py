@@ -78,8 +78,7 @@ def entry_title(entry: Expected, implementation: str = "accelerate", limit: int 
     reason, shortened: what the row is about, in the matrix's own words."""
     axes = ", ".join(f"{key} {'/'.join(map(str, values))}" for key, values in entry.match.values.items()
                      if key not in ("implementation", "device"))
-    versions = getattr(entry, "accelerate_versions", None)
-    condition = f" (accelerate {versions})" if versions else ""
+    condition = f" (accelerate {entry.accelerate_versions.text})" if entry.accelerate_versions else ""
     where = f" [{axes}]" if axes else ""
     return f"#{entry.index}{where}{condition}: {_short(entry.reason, limit)}"
 
