@@ -45,7 +45,7 @@ def test_it_holds_by_the_installed_release(monkeypatch: pytest.MonkeyPatch) -> N
     assert not holds_here(condition) and holds_here(None)
 
 
-def test_an_entry_with_a_condition_decides_only_on_the_releases_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_entry_with_a_condition_decides_only_on_its_releases(monkeypatch: pytest.MonkeyPatch) -> None:
     matrix = load_matrix()
     cell = next(c for c in matrix.cells if c.id == "lm-cpu2-zero3-fp32-accelerate")
     monkeypatch.setattr(metadata, "version", lambda package: "1.0.1")
