@@ -270,8 +270,9 @@ def _write_json(path: Path, data: dict[str, object]) -> None:
 @nox.session(python=PYTHON)
 @nox.parametrize("env", list(SWEEP), ids=list(SWEEP))
 def versions(session: nox.Session, env: str) -> None:
-    """One environment of the version sweep: torch and deepspeed pinned as matrix.toml says, the
-    support status and the DeepSpeed-alone behaviours (`harness versions probe`), then its cells,
+    """One environment of the version sweep: torch and deepspeed (and accelerate, in an environment
+    of the accelerate implementation) pinned as matrix.toml says, the support status and the
+    DeepSpeed-alone behaviours (`harness versions probe`), then its cells (of its implementation),
     records compared with its `compare_with` environment. A release the core refuses is still
     run (ALLOW_UNSUPPORTED), to show its first failing cell; its failures do not fail the session,
     a supported environment's do. Seconds per phase go to sweep_times.json (docs/versions.md)."""
@@ -279,6 +280,8 @@ def versions(session: nox.Session, env: str) -> None:
     out = SWEEP_REPORTS / env
     times: dict[str, float] = {}
     pins = {"torch": str(spec["torch_version"]), "deepspeed": str(spec["deepspeed_version"])}
+    if spec.get("accelerate_version"):  # an Accelerate release: installed after torch and deepspeed
+        pins["accelerate"] = str(spec["accelerate_version"])
 
     def timed(phase: str, step: object) -> None:
         start = time.monotonic()
@@ -294,7 +297,9 @@ def versions(session: nox.Session, env: str) -> None:
         session.error(reason)
 
     def install() -> None:
-        for requirement in (f"torch=={pins['torch']}", "-e .[test]", f"deepspeed=={pins['deepspeed']}"):
+        requirements = [f"torch=={pins['torch']}", "-e .[test]", f"deepspeed=={pins['deepspeed']}"]
+        requirements += [f"accelerate=={pins['accelerate']}"] if "accelerate" in pins else []
+        for requirement in requirements:
             try:  # torch first, pinned; the project without its deepspeed extra: the pin replaces it
                 session.install(*requirement.split())
             except nox.command.CommandFailed:
@@ -315,6 +320,8 @@ def versions(session: nox.Session, env: str) -> None:
         return  # nothing can run; version_status.json says why
     command = ["python", "-m", "harness", "run", "--env-name", env, "--report-dir", str(out), "--overwrite",
                "-m", str(spec.get("markexpr") or "not gpu and not multi_gpu")]
+    if spec.get("implementation", "core") != "core":
+        command += ["--implementation", str(spec["implementation"])]
     baseline = SWEEP_REPORTS / str(spec.get("compare_with", ""))
     if spec.get("compare_with") and (baseline / "report.json").is_file():
         command += ["--compare-records", str(baseline)]

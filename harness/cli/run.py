@@ -81,14 +81,15 @@ def check_env_name(matrix: Matrix, name: str) -> None:
 
 
 def check_env_pins(matrix: Matrix, name: str) -> None:
-    """A version-sweep environment pins torch / deepspeed: refuse to report under its name when
+    """A version-sweep environment pins torch / deepspeed / accelerate: refuse to report under its name when
     the installed releases are others (its report would be read as that release's)."""
     from importlib import metadata
 
     env = matrix.environments.get(name)
     if env is None:
         return
-    for package, pin in (("torch", env.torch_version), ("deepspeed", env.deepspeed_version)):
+    for package, pin in (("torch", env.torch_version), ("deepspeed", env.deepspeed_version),
+                         ("accelerate", env.accelerate_version)):
         try:
             installed = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -6,7 +6,9 @@ the core reconciles, reproduced with DeepSpeed alone: present / fixed, and wheth
 patch for it is on). Exit 1 when a patch's gate disagrees with the reproduction (on where the
 behaviour is fixed, off where it is present); 0 otherwise, supported or not: the files say.
 
-table: the version table and the behaviour x version table of the sweep's report dirs (markdown).
+table: the version table and the behaviour x version table of the sweep's report dirs (markdown),
+then, for report dirs of Hugging Face Accelerate's cells, its behaviours x its releases
+(harness.versions.implementation_table).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ def add_arguments(versions: argparse.ArgumentParser) -> None:
     probe.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="of the probe launch")
     table = sub.add_parser("table", help="the sweep's tables from the version environments' report dirs")
     table.add_argument("dirs", nargs="+", type=Path, metavar="DIR")
+    table.add_argument("--matrix", type=Path, default=None, metavar="FILE",
+                       help="the matrix.toml whose [[expected]] entries name the rows "
+                       "(default: the repository's)")
 
 
 def _probe(args: argparse.Namespace) -> int:
@@ -64,7 +69,19 @@ def _table(args: argparse.Namespace) -> int:
     print("\n".join(versions_markdown(rows)))
     print()
     print("\n".join(behaviours_markdown(behaviour_columns({r.name: r.directory for r in reports}))))
+    _print_implementation_table(reports, args.matrix)
     return 0
+
+
+def _print_implementation_table(reports: list, matrix_file: Path | None) -> None:
+    """Accelerate's behaviours x its releases, read from the environments of that implementation."""
+    from harness.plan.matrix import load_matrix
+    from harness.versions.implementation_table import implementation_markdown
+
+    lines = implementation_markdown(reports, load_matrix(matrix_file).expected)
+    if lines:
+        print()
+        print("\n".join(lines))
 
 
 def cmd_versions(args: argparse.Namespace) -> int:

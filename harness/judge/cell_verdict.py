@@ -190,6 +190,8 @@ def apply_expected(result: CellResult, expected: Expected | None) -> CellResult:
     failure, its reason saying what was declared."""
     if expected is None or result.status == Status.SKIPPED:
         return result
+    if expected.index:  # which entry the cell was judged by (the version table reads it)
+        result.extra["expected_entry"] = expected.index
     if result.status == Status.PASSED:
         result.status = Status.XPASSED
         result.reason = f"declared expected to fail ({expected.reason}), yet it passed"

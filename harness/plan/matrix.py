@@ -42,6 +42,7 @@ from harness.plan.resume_cells import parse_resume
 from harness.plan.tolerances import Tolerance, ToleranceTable, parse_tolerances
 from harness.tasks import TaskImportError, get_task, import_tasks, task_names
 from harness.tasks.registry import is_import_path
+from harness.versions.release_condition import holds_here
 
 __all__ = ["Environment", "Expected", "Match", "Matrix", "MatrixError", "load_matrix"]
 
@@ -77,7 +78,8 @@ class Matrix:
 
     def expected_outcome(self, cell: Cell, env_name: str = "") -> Expected | None:
         for entry in self.expected:
-            if entry.match.matches(cell) and (not entry.environments or env_name in entry.environments):
+            if (entry.match.matches(cell) and (not entry.environments or env_name in entry.environments)
+                    and holds_here(entry.accelerate_versions)):
                 return entry
         return None
 

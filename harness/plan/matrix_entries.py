@@ -13,6 +13,7 @@ from typing import Any
 from harness import implementations
 from harness.errors import MatrixError, explain
 from harness.plan.cell import DEVICES, TASK_NAME, Cell, Device, StrategyName
+from harness.versions.release_condition import EXAMPLE, ReleaseCondition, parse_condition
 
 MATCH_KEYS = ("task", "device", "processes", "strategy", "precision", "implementation")
 # How a declared failure fails (`status` of an [[expected]] entry); a cell that fails another
@@ -41,6 +42,9 @@ class Expected:
     # A regular expression that must be found (re.search) in the cell's diagnosis (its reason;
     # for an exception, also its traceback); None: any diagnosis of that status.
     diagnosis: re.Pattern[str] | None = None
+    index: int = 0  # its place among the matrix's [[expected]] entries (1 = the first; 0 = not from a file)
+    # The Accelerate releases it holds for (harness.versions.release_condition); None: every release.
+    accelerate_versions: ReleaseCondition | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Environment:
     # The dependency-version sweep (`nox -s versions`, the scheduled CI job); docs/versions.md.
     torch_version: str = ""  # pinned torch release ("" = the project's default pin)
     deepspeed_version: str = ""  # pinned deepspeed release ("" = the project's declared range)
+    accelerate_version: str = ""  # pinned accelerate release (implementation "accelerate" only)
     sweep: bool = False  # only in the version sweep, not in `nox -s matrix` / push CI
     compare_with: str = ""  # the environment whose records this one's numbers are compared with
     # CI runs it as this many jobs, each `--shard K/N`, and merges them (docs/shards.md).
@@ -162,7 +167,9 @@ def parse_reason(file: Path, where: str, entry: dict[str, Any]) -> str:
 
 def parse_expected(file: Path, i: int, entry: dict[str, Any], valid_axes: dict[str, Any]) -> Expected:
     where = f"[[expected]] #{i + 1}"
-    match = parse_match(file, where, entry, valid_axes, extra=("status", "match", "reason", "environments"))
+    match = parse_match(file, where, entry, valid_axes,
+                        extra=("status", "match", "reason", "environments", "accelerate_versions"))
+    releases = _parse_releases(file, where, entry, match)
     status = entry.get("status", "failed")
     if status == "xfailed":
         raise bad(
@@ -187,24 +194,49 @@ def parse_expected(file: Path, i: int, entry: dict[str, Any], valid_axes: dict[s
                       "a Python regex found in the diagnosis, e.g. 'per-rank batch statistics'",
                       "fix the pattern (or drop `match` to accept any diagnosis)") from None
     return Expected(match, status, parse_reason(file, where, entry), tuple(entry.get("environments", [])),
-                    diagnosis)
+                    diagnosis, index=i + 1, accelerate_versions=releases)
+
+
+def _parse_releases(file: Path, where: str, entry: dict[str, Any], match: Match) -> ReleaseCondition | None:
+    """`accelerate_versions`: only on an entry of the accelerate implementation's cells alone."""
+    if "accelerate_versions" not in entry:
+        return None
+    given = entry["accelerate_versions"]
+    if match.values.get("implementation") != ("accelerate",):
+        raise bad(file, where + ".accelerate_versions", given,
+                  "a release condition on accelerate needs an entry of Accelerate's cells alone "
+                  f"(this one selects implementation {list(match.values.get('implementation', ['any']))})",
+                  "implementation = 'accelerate' beside it", 'add implementation = "accelerate", or drop '
+                  "accelerate_versions")
+    try:
+        return parse_condition(given)
+    except ValueError as exc:
+        raise bad(file, where + ".accelerate_versions", given, f"not a release condition ({exc})",
+                  f"comparisons joined by commas, e.g. {EXAMPLE}",
+                  'write e.g. accelerate_versions = "<1.2" (the releases this outcome holds for)') from None
 
 
 def parse_environment(file: Path, name: str, body: dict[str, Any]) -> Environment:
     where = f"[environments.{name}]"
     only_keys(file, where, body, ("description", "deepspeed", "device", "extras", "runs_on", "markexpr",
                                   "torch_version", "deepspeed_version", "sweep", "compare_with", "shards",
-                                  "implementation"))
+                                  "implementation", "accelerate_version"))
     implementation = body.get("implementation", "core")
     if implementation not in implementations.names():
         raise bad(file, where + ".implementation", implementation, "not an implementation of the axis",
                   implementations.names(), "use one of these")
     shards = _parse_shards(file, where, body)
-    for key in ("torch_version", "deepspeed_version"):
+    for key in ("torch_version", "deepspeed_version", "accelerate_version"):
         pin = body.get(key, "")
         if not isinstance(pin, str) or (pin and not _RELEASE.fullmatch(pin)):
             raise bad(file, f"{where}.{key}", pin, "it must be one exact release to pin",
                       "a release number such as '2.13.0' or '0.19.8'", f'write {key} = "X.Y.Z"')
+    if body.get("accelerate_version") and implementation != "accelerate":
+        raise bad(file, where + ".accelerate_version", body["accelerate_version"],
+                  f"it pins accelerate in an environment whose implementation is {implementation!r}, "
+                  "whose cells never import accelerate",
+                  "implementation = 'accelerate' with a pin, or no pin",
+                  'write implementation = "accelerate", or drop the pin')
     if body.get("deepspeed_version") and body.get("deepspeed") is not True:
         raise bad(file, where + ".deepspeed_version", body["deepspeed_version"],
                   "it pins deepspeed in an environment that says deepspeed is absent",
@@ -231,6 +263,7 @@ def parse_environment(file: Path, name: str, body: dict[str, Any]) -> Environmen
         markexpr=str(body.get("markexpr", "")),
         torch_version=body.get("torch_version", ""),
         deepspeed_version=body.get("deepspeed_version", ""),
+        accelerate_version=body.get("accelerate_version", ""),
         sweep=bool(body.get("sweep", False)),
         compare_with=str(body.get("compare_with", "")),
         shards=shards,

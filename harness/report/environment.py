@@ -72,6 +72,7 @@ class RunEnvironment:
     # written by another caller (script mode, the pytest items) has no such entry.
     startup: StartupSummary | None = None
     says_startup: bool = False
+    accelerate: str = NOT_INSTALLED  # Hugging Face Accelerate's release (the accelerate implementation)
 
     @property
     def deepspeed_installed(self) -> bool:
@@ -85,7 +86,7 @@ class RunEnvironment:
             "name": self.name, "python": self.python, "python_executable": self.python_executable,
             "platform": self.platform, "machine": self.machine, "hostname": self.hostname,
             "torch": self.torch, "deepspeed": self.deepspeed, "deepspeed_installed": self.deepspeed_installed,
-            "accelerate_core": self.accelerate_core, "ci": self.ci,
+            "accelerate_core": self.accelerate_core, "accelerate": self.accelerate, "ci": self.ci,
             "cpu_count": self.devices.cpu_count, "cuda_available": self.devices.cuda_available,
             "cuda_device_count": self.devices.cuda_device_count,
             "cuda_devices": list(self.devices.cuda_devices),
@@ -110,6 +111,7 @@ def environment_info(env_name: str) -> RunEnvironment:
         torch=_version("torch"),
         deepspeed=_version("deepspeed"),
         accelerate_core=_version("accelerate-core"),
+        accelerate=_version("accelerate"),
         ci=bool(os.environ.get("CI")),
         devices=Devices.probe(),
     )

@@ -37,6 +37,7 @@ class VersionRow:
     xfailed: int = 0  # failed as matrix.toml declares (e.g. batchnorm on 2 ranks): not a finding
     seconds: dict[str, float] = field(default_factory=dict)  # phase -> wall seconds
     numbers: str = ""  # --compare-records: "against X: n bit-identical, ..." ("" when not compared)
+    accelerate: str = ""  # Hugging Face Accelerate's release, for an environment of its cells ("" = none)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,7 +92,14 @@ def version_row(name: str, report_dir: Path, environment: dict[str, Any],
     return VersionRow(name, str(status.get("torch") or environment.get("torch", "")),
                       str(status.get("deepspeed") or environment.get("deepspeed", "")), verdict, reason,
                       passed, failed, skipped, xfailed, read_times(report_dir),
-                      summary_line(changes) if changes else "")
+                      summary_line(changes) if changes else "", _accelerate(environment, results))
+
+
+def _accelerate(environment: dict[str, Any], results: list[CellResult]) -> str:
+    """The accelerate release of report.json's environment, where the cells were Accelerate's."""
+    release = str(environment.get("accelerate") or "")
+    ran = any(r.cell.implementation == "accelerate" for r in results)
+    return release if ran and release[:1].isdigit() else ""
 
 
 def _as_expected(passed: int, xfailed: int) -> str:
@@ -116,12 +124,17 @@ def _seconds(row: VersionRow) -> str:
     return f"{sum(row.seconds.values()):.0f} ({parts})"
 
 
+def _accelerate_note(row: VersionRow) -> str:
+    return f" (accelerate {row.accelerate})" if row.accelerate else ""
+
+
 def versions_markdown(rows: list[VersionRow]) -> list[str]:
     lines = ["| environment | torch | deepspeed | status | passed | declared failures | failed "
              "| wall s (phases) | numbers | reason |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| `{r.environment}` | {r.torch} | {r.deepspeed} | {r.status} | {r.passed} | {r.xfailed} "
-              f"| {r.failed} | {_seconds(r)} | {_cell(r.numbers)} | {_cell(r.reason)} |" for r in rows]
+    lines += [f"| `{r.environment}`{_accelerate_note(r)} | {r.torch} | {r.deepspeed} | {r.status} "
+              f"| {r.passed} | {r.xfailed} | {r.failed} | {_seconds(r)} | {_cell(r.numbers)} "
+              f"| {_cell(r.reason)} |" for r in rows]
     return lines
 
 

@@ -40,6 +40,27 @@ def test_tox_factors_are_the_sweep_environments_with_their_pins() -> None:
         assert f"{env_name}: torch=={env.torch_version}" in keys["deps"]
         assert f"{env_name}: deepspeed=={env.deepspeed_version}" in keys["deps"]
         assert f"{env_name}: SWEEP_MARKS = {env.markexpr}" in keys["setenv"]
+        accelerate_pins = [line for line in keys["deps"] if line.startswith(f"{env_name}: accelerate")]
+        assert accelerate_pins == ([f"{env_name}: accelerate=={env.accelerate_version}"]
+                                   if env.accelerate_version else []), env_name
+        implementation = f"{env_name}: SWEEP_IMPLEMENTATION = {env.implementation}"
+        assert (implementation in keys["setenv"]) == (env.implementation != "core"), env_name
+
+
+def test_tox_runs_each_environment_s_implementation_after_its_pins() -> None:
+    """The accelerate pin comes after torch and deepspeed in deps, and the run names the
+    implementation (core unless the factor sets another), as the noxfile's versions session does."""
+    _, keys = _section()
+    for env_name, env in SWEEP.items():
+        if not env.accelerate_version:
+            continue
+        mine = [line for line in keys["deps"] if line.startswith(f"{env_name}:")]
+        assert [line.split(": ")[1].split("==")[0] for line in mine] == ["torch", "deepspeed", "accelerate"]
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(REPO_ROOT / "tox.ini")
+    name = next(s for s in tox.sections() if s.startswith("testenv:versions-"))
+    assert "--implementation {env:SWEEP_IMPLEMENTATION:core}" in tox[name]["commands"]
+    assert any(env.accelerate_version for env in SWEEP.values())
 
 
 @pytest.mark.parametrize("env_name", list(SWEEP))

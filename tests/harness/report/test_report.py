@@ -312,7 +312,7 @@ def test_the_run_environment_keeps_report_json_environment_keys_in_order() -> No
 
     environment = environment_info("x")
     base = ["name", "python", "python_executable", "platform", "machine", "hostname", "torch", "deepspeed",
-            "deepspeed_installed", "accelerate_core", "ci", "cpu_count", "cuda_available",
+            "deepspeed_installed", "accelerate_core", "accelerate", "ci", "cpu_count", "cuda_available",
             "cuda_device_count", "cuda_devices", "torch_cuda"]
     assert list(environment.to_json()) == base  # as the pytest items and script mode write it
     environment.shard = {"index": 1, "count": 2}

@@ -73,3 +73,13 @@ def test_an_install_error_is_not_supported_with_its_reason_and_no_cells(tmp_path
 
 def test_a_report_dir_that_is_no_sweep_environment_has_no_row(tmp_path: Path) -> None:
     assert version_row("deepspeed", tmp_path, {}, PASSING) is None
+
+
+def test_an_environment_of_accelerate_cells_names_its_accelerate_release(tmp_path: Path) -> None:
+    results = [_result("lm-cpu2-ddp-fp32-accelerate", Status.PASSED)]
+    row = version_row("accelerate_1_14", _dir(tmp_path, True), {"accelerate": "1.14.0"}, results)
+    assert row is not None and row.accelerate == "1.14.0" and row.to_json()["accelerate"] == "1.14.0"
+    assert "| `accelerate_1_14` (accelerate 1.14.0) | 2.13.0 | 0.19.8 | supported |" in "\n".join(
+        versions_markdown([row]))
+    core = version_row("deepspeed_0_19", _dir(tmp_path, True), {"accelerate": "1.14.0"}, PASSING)
+    assert core is not None and core.accelerate == ""  # accelerate installed, but its cells did not run
