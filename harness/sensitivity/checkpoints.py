@@ -25,8 +25,10 @@ CHECKPOINT_BUGS: tuple[Bug, ...] = (
                 "    scaler = scaler_from_neutral"),
         replace="    scaler = scaler_from_neutral",
         select=_SINGLE,
-        imitates="the lr scheduler left out of save_state/load_state (accelerate issues on resumed "
-                 "runs restarting their warm-up): the schedule starts over after a resume",
+        imitates="the lr scheduler left out of save_state/load_state (accelerate issues on resumed runs "
+                 "restarting their warm-up): the schedule starts over after a resume "
+                 "(huggingface/accelerate#1563: the LR state silently skipped by load_state, the LR cycle "
+                 "restarted)",
     ),
     Bug(
         name="resume_optimizer_state_dropped",
@@ -35,8 +37,9 @@ CHECKPOINT_BUGS: tuple[Bug, ...] = (
         search='        import_torch(optimizer, models, reader.optimizer(i), f"optimizer {i}")',
         replace="        pass  # the optimizer's state is not restored",
         select=_SINGLE,
-        imitates="resuming with fresh optimizer moments (load_optimizer_states=False, or an "
-                 "optimizer rebuilt after load): AdamW restarts its bias correction",
+        imitates="resuming with fresh optimizer moments (load_optimizer_states=False, or an optimizer "
+                 "rebuilt after load): AdamW restarts its bias correction "
+                 "(KempnerInstitute/KempnerForge#115: AdamW moments silently reset at every resume)",
     ),
     Bug(
         name="zero_resume_moments_left_zero",
@@ -46,8 +49,10 @@ CHECKPOINT_BUGS: tuple[Bug, ...] = (
                 "            _set_full(param, saved.tensors[name][key], key)"),
         replace="    pass  # per-parameter optimizer state never scattered into the partitions",
         select=_ZERO2,
-        imitates="ZeRO optimizer partitions not refilled on load (DeepSpeed issues on optimizer "
-                 "states lost when loading a checkpoint at another world size or from another format)",
+        imitates="ZeRO optimizer partitions not refilled on load (DeepSpeed issues on optimizer states lost "
+                 "when loading a checkpoint at another world size or from another format) "
+                 "(deepspeedai/DeepSpeed#5105: optimizer states improperly restored from an elastic "
+                 "checkpoint)",
     ),
     Bug(
         name="resume_data_position_lost",
@@ -56,7 +61,8 @@ CHECKPOINT_BUGS: tuple[Bug, ...] = (
         search="        self.skip = loader.resume_skip if skip is None else skip",
         replace="        self.skip = 0 if skip is None else skip",
         select=_SINGLE,
-        imitates="skip_first_batches not applied after load_state: a run resumed mid-epoch trains "
-                 "on the epoch's first batches again (accelerate issues on resuming mid-epoch)",
+        imitates="skip_first_batches not applied after load_state: a run resumed mid-epoch trains on the "
+                 "epoch's first batches again (accelerate issues on resuming mid-epoch) "
+                 "(huggingface/accelerate#2016: the resumed dataloader yields another sequence of batches)",
     ),
 )

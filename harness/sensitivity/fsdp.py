@@ -26,9 +26,10 @@ FSDP_BUGS: tuple[Bug, ...] = (
         # fp32: FSDP2 and DDP are the same math there, so only the evidence can tell them apart.
         select="regression-cpu2-fsdp-fp32",
         affects="cpu2-fsdp",
-        imitates="an FSDP config accepted and then ignored: the backend falls back to plain data "
-                 "parallelism (the way a DeepSpeed plugin is ignored with cpu=True, measured with "
-                 "accelerate 1.15.0 for DeepSpeed): every rank keeps the whole model, nothing is sharded",
+        imitates="an FSDP config accepted and then ignored: the backend falls back to plain data parallelism "
+                 "(the way a DeepSpeed plugin is ignored with cpu=True, measured with accelerate 1.15.0 for "
+                 "DeepSpeed): every rank keeps the whole model, nothing is sharded (no upstream report found "
+                 "for FSDP; imitates the kind of bug, the DeepSpeed analogue: huggingface/accelerate#354)",
     ),
     Bug(
         name="fsdp_fully_shard_skipped",
@@ -40,9 +41,9 @@ FSDP_BUGS: tuple[Bug, ...] = (
         replace="        pass  # fully_shard never applied: the model stays whole on every rank",
         select="regression-cpu2-fsdp-fp32",
         affects="cpu2-fsdp",
-        imitates="the wrapping step silently skipped (fully_shard behind a condition that is false, "
-                 "no root unit): the strategy reports units while the model trains whole and "
-                 "unreduced on every rank",
+        imitates="the wrapping step silently skipped (fully_shard behind a condition that is false, no root "
+                 "unit): the strategy reports units while the model trains whole and unreduced on every rank "
+                 "(no upstream report found; imitates the kind of bug)",
     ),
     Bug(
         name="fsdp_reduce_in_half",
@@ -53,9 +54,10 @@ FSDP_BUGS: tuple[Bug, ...] = (
         replace="return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=compute, output_dtype=output)",
         select="classifier-cpu2-fsdp-bf16",
         affects="cpu2-fsdp and (bf16 or fp16)",
-        imitates="gradients reduce-scattered in the half dtype: FSDP2's own default when only param_dtype "
-                 "is set (reduce_dtype None falls back to param_dtype), a precision loss in every "
-                 "averaged gradient",
+        imitates="gradients reduce-scattered in the half dtype: FSDP2's own default when only param_dtype is "
+                 "set (reduce_dtype None falls back to param_dtype), a precision loss in every averaged "
+                 "gradient (documented: PyTorch MixedPrecisionPolicy, reduce_dtype \"If this is None but "
+                 "param_dtype is not None, then the reduction uses the compute dtype\")",
     ),
     Bug(
         name="fsdp_root_not_wrapped",
@@ -65,9 +67,10 @@ FSDP_BUGS: tuple[Bug, ...] = (
         replace="    units = names  # the root never becomes a unit",
         select="classifier-cpu2-fsdp-bf16 or lm-cpu2-fsdp-fp32",
         affects="cpu2-fsdp",
-        imitates="a wrap policy that shards the blocks but not the root module: parameters outside "
-                 "the blocks (lm's tied embedding and head) stay whole and unreduced by FSDP, and "
-                 "no root unit casts the outputs back to fp32",
+        imitates="a wrap policy that shards the blocks but not the root module: parameters outside the "
+                 "blocks (lm's tied embedding and head) stay whole and unreduced by FSDP, and no root unit "
+                 "casts the outputs back to fp32 (Tencent-Hunyuan/UniRL#7: embed and lm_head outside every "
+                 "fully_shard group stayed replicated)",
     ),
     Bug(
         name="fsdp_load_leaves_parameters",
@@ -91,8 +94,10 @@ FSDP_BUGS: tuple[Bug, ...] = (
                  "            g.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))"),
         select="clip_norm-cpu2-fsdp-fp32",
         affects="clip_norm-cpu2-fsdp",
-        imitates="gradient clipping by each rank's shard norm instead of the global norm: ranks clip "
-                 "their shards by different factors (the norm of a shard is smaller than the whole's)",
+        imitates="gradient clipping by each rank's shard norm instead of the global norm: ranks clip their "
+                 "shards by different factors (the norm of a shard is smaller than the whole's) "
+                 "(pytorch/pytorch#170862: clip_grad_norm_ under FSDP2 \"returns the norm of partial (local) "
+                 "parameters\"; pytorch/pytorch#72548)",
     ),
     Bug(
         name="fsdp_master_weights_in_half",
@@ -104,9 +109,9 @@ FSDP_BUGS: tuple[Bug, ...] = (
         select="classifier-cpu2-fsdp-bf16",
         affects="cpu2-fsdp and (bf16 or fp16)",
         imitates="the model cast to the half dtype before sharding, so the sharded master weights the "
-                 "optimizer steps are bf16, where DeepSpeed and amp keep fp32 masters: small updates "
-                 "round away (huggingface/accelerate#2624: FSDP needed a larger learning rate than "
-                 "DeepSpeed)",
+                 "optimizer steps are bf16, where DeepSpeed and amp keep fp32 masters: small updates round "
+                 "away (huggingface/accelerate#2624: FSDP needed a larger learning rate than DeepSpeed; "
+                 "huggingface/accelerate#3979: the FSDP2 fp32 upcast a silent no-op)",
     ),
     Bug(
         name="fsdp_optimizer_keeps_replaced_params",
@@ -116,8 +121,9 @@ FSDP_BUGS: tuple[Bug, ...] = (
         replace="            pass  # the optimizer keeps the parameters fully_shard replaced\n",
         select="regression-cpu2-fsdp-fp32",
         affects="cpu2-fsdp",
-        imitates="an optimizer built before prepare() left pointing at the parameters fully_shard "
-                 "replaced with DTensors: it steps tensors nothing reads any more, and the model "
-                 "never trains (torch's FSDP documentation: build the optimizer after sharding)",
+        imitates="an optimizer built before prepare() left pointing at the parameters fully_shard replaced "
+                 "with DTensors: it steps tensors nothing reads any more, and the model never trains "
+                 "(torch's FSDP documentation: build the optimizer after sharding; "
+                 "huggingface/accelerate#3256)",
     ),
 )
