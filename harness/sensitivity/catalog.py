@@ -269,6 +269,9 @@ CORE_BUGS: tuple[Bug, ...] = (
         search="        self._strategy.backward(loss, model)",
         replace="        self._strategy.backward(loss / self.gradient_accumulation_steps, model)",
         select="sgd_accum-cpu1-single-fp32",
+        # Every backend's backward goes through the facade: fsdp and ZeRO cells of the accumulating
+        # task too (with gradient_accumulation_steps 1 the division changes nothing).
+        affects="sgd_accum and cpu",
         imitates="Hugging Face accelerate's backward divides the loss by the accumulation steps itself; a "
                  "loop that divides too trains with gradients / steps**2 (huggingface/accelerate#3533)",
     ),

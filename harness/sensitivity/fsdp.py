@@ -126,4 +126,36 @@ FSDP_BUGS: tuple[Bug, ...] = (
                  "(torch's FSDP documentation: build the optimizer after sharding; "
                  "huggingface/accelerate#3256)",
     ),
+    Bug(
+        name="fsdp_state_dict_local_shards",
+        area="fsdp",
+        file="strategies/fsdp/state.py",
+        search=("    state = cast(dict[str, torch.Tensor], "
+                "get_model_state_dict(model, options=TO_EVERY_RANK))"),
+        replace=("    state = {k: (v.to_local() if isinstance(v, DTensor) else v)  # local shards\n"
+                 "             for k, v in model.state_dict().items()}"),
+        select="classifier-cpu2-fsdp-fp32",
+        affects="cpu2-fsdp",
+        imitates="get_state_dict handing out each rank's local shards (dim-0 chunks) instead of the "
+                 "gathered full tensors: a 'full' state dict that only an FSDP run of the same world "
+                 "size can load (pytorch/pytorch#73043: FSDP's local_state_dict \"returns local shards\", "
+                 "to be reloaded by FSDP only; facebookresearch/d2go#512: checkpoints saved as local "
+                 "state dicts could not be loaded directly)",
+    ),
+    Bug(
+        name="fsdp_reshard_after_backward_left_off",
+        area="fsdp",
+        file="strategies/fsdp/wrap.py",
+        search="    params = list(model.named_parameters())\n    return ShardingReport(",
+        replace=("    model.set_reshard_after_backward(False)  # meant for accumulation micro-batches only\n"
+                 "    params = list(model.named_parameters())\n    return ShardingReport("),
+        select="regression-cpu2-fsdp-fp32",
+        affects="cpu2-fsdp",
+        imitates="resharding after backward turned off (the ZeRO-1-like accumulation recipe) and never "
+                 "turned back on for the micro-batch before optimizer.step(): the unsharded parameters "
+                 "gathered before the step stay registered, so the next forward computes with the "
+                 "old weights (measured with torch 2.13.0 on 2 gloo ranks: step 1 repeats step 0's "
+                 "loss) (pytorch/pytorch#124319: set_reshard_after_backward(is_last_microbatch) in the "
+                 "accumulation loop; pytorch/pytorch#149029: reshard_after_forward misused)",
+    ),
 )

@@ -12,6 +12,7 @@ be explained.
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,10 @@ from typing import Any
 
 from harness.sensitivity.bug import Bug, CatalogError, patched_copy
 from harness.sensitivity.trial import JUDGED_FAILURES, Control, closest_comparison, run_cells
+
+# An entry is subtle when no cell that catches it sees it at more than this many times its
+# tolerance: a bug that a tolerance 10x wider would miss everywhere (issue: at least 15 such).
+SUBTLE_BELOW = 10.0
 
 
 @dataclass
@@ -31,6 +36,9 @@ class KillRow:
     missed: dict[str, str] = field(default_factory=dict)  # cell -> its closest comparison
     broke: dict[str, str] = field(default_factory=dict)  # cell -> status and reason (raised, crashed)
     unproven: list[str] = field(default_factory=list)  # failed or did not run in the control
+    # caught cell -> its effect: the largest share of a tolerance among its comparisons (inf for
+    # a catch on evidence, or on a shape or dtype no tolerance can bridge)
+    effect: dict[str, float] = field(default_factory=dict)
     error: str = ""  # a catalog error (the patch did not apply, nothing ran)
     seconds: float = 0.0
 
@@ -38,17 +46,34 @@ class KillRow:
     def affected(self) -> int:
         return len(self.caught) + len(self.missed) + len(self.broke)
 
+    @property
+    def largest_effect(self) -> float:
+        """The strongest catch, in multiples of the tolerance (0.0 when caught nowhere)."""
+        return max(self.effect.values(), default=0.0)
+
+    @property
+    def subtle(self) -> bool:
+        """Caught, and only within SUBTLE_BELOW times the tolerance wherever caught."""
+        return bool(self.caught) and self.largest_effect < SUBTLE_BELOW
+
     def line(self) -> str:
         if self.error:
             return f"{self.bug.name}: CATALOG ERROR {self.error}"
         text = f"{self.bug.name}: caught in {len(self.caught)} of {self.affected} affected cells"
         extras = [f"{len(self.broke)} raised or crashed"] if self.broke else []
         extras += [f"{len(self.unproven)} not counted (did not pass in the control)"] if self.unproven else []
+        if self.caught:
+            strongest = "on evidence or shape" if self.largest_effect == float("inf") else \
+                f"at most {self.largest_effect:.3g}x the tolerance" + (" (subtle)" if self.subtle else "")
+            extras.append(f"effect {strongest}")
         return text + (f" ({'; '.join(extras)})" if extras else "") + f", -k {self.bug.affected!r}"
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.bug.name, "affects": self.bug.affected, "caught": self.caught,
                 "missed": self.missed, "broke": self.broke, "unproven": self.unproven,
+                "effect": {cell: (None if value == float("inf") else round(value, 3))
+                           for cell, value in self.effect.items()},
+                "subtle": self.subtle,
                 "error": self.error, "seconds": round(self.seconds, 1)}
 
 
@@ -63,6 +88,7 @@ def judge_cells(bug: Bug, report: dict[str, Any], control: Control) -> KillRow:
             row.unproven.append(cell["id"])
         elif status == "failed" and cell.get("failure") in JUDGED_FAILURES:
             row.caught.append(cell["id"])
+            row.effect[cell["id"]] = catch_effect(cell)
         elif status == "passed":
             row.missed[cell["id"]] = closest_comparison(cell)[1]
         else:
@@ -70,6 +96,25 @@ def judge_cells(bug: Bug, report: dict[str, Any], control: Control) -> KillRow:
     if not row.affected and not row.unproven:
         row.error = f"-k {bug.affected!r} ran no cell here"
     return row
+
+
+def catch_effect(cell: dict[str, Any]) -> float:
+    """How far a caught cell's numbers moved, in multiples of their tolerance: the largest
+    `tolerance_used` of its comparisons; inf when it failed on evidence (no number to scale)."""
+    if cell.get("failure") == "evidence":
+        return float("inf")
+    used = [_share(c.get("tolerance_used")) for c in cell.get("comparisons", [])]
+    return max(used, default=float("inf"))
+
+
+def _share(value: Any) -> float:
+    """A tolerance share read back from report.json, where a non-finite one is the string "inf"
+    or "nan" (JSON has neither): unknown counts as infinite, never as a small effect."""
+    try:
+        share = float(value)
+    except (TypeError, ValueError):
+        return float("inf")
+    return share if math.isfinite(share) else float("inf")
 
 
 def kill_row(bug: Bug, *, timeout_s: float, control: Control, keep: Path | None = None) -> KillRow:
@@ -91,7 +136,9 @@ def summary_lines(rows: list[KillRow]) -> list[str]:
     caught = sum(len(row.caught) for row in rows)
     affected = sum(row.affected for row in rows)
     lines.append(f"kill matrix: {len(rows)} entries, caught in {caught} of {affected} affected cells; "
-                 f"entries caught nowhere: {sum(1 for r in rows if not r.caught and not r.error)}")
+                 f"entries caught nowhere: {sum(1 for r in rows if not r.caught and not r.error)}; "
+                 f"subtle (caught, under {SUBTLE_BELOW:g}x the tolerance wherever caught): "
+                 f"{sum(1 for r in rows if r.subtle)}")
     for row in rows:
         for cell, closest in row.missed.items():
             lines.append(f"  missed {row.bug.name} on {cell}; closest: {closest}")

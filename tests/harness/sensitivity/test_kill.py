@@ -42,9 +42,34 @@ def test_each_cell_is_caught_missed_broken_or_not_counted() -> None:
     assert row.affected == 4
     assert row.line().startswith("toy: caught in 2 of 4 affected cells (1 raised or crashed; 1 not counted")
     lines = summary_lines([row])
-    assert "kill matrix: 1 entries, caught in 2 of 4 affected cells; entries caught nowhere: 0" in lines
+    assert ("kill matrix: 1 entries, caught in 2 of 4 affected cells; entries caught nowhere: 0; subtle "
+            "(caught, under 10x the tolerance wherever caught): 0") in lines
     assert any(line.startswith("  missed toy on c-cpu2-ddp-fp32; closest: c-cpu2-ddp-fp32: eval/logits")
                for line in lines)
+
+
+def test_a_catch_keeps_its_effect_and_an_entry_is_subtle_only_under_10x_wherever_caught() -> None:
+    control = Control({f"{t}-cpu2-ddp-fp32": "passed" for t in "abcd"}, 1.0)
+    subtle = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "failed", "divergence", used=3.25),
+                                          _cell("b-cpu2-ddp-fp32", "failed", "divergence", used=9.5),
+                                          _cell("c-cpu2-ddp-fp32", "passed", used=0.4)]}, control)
+    assert subtle.effect == {"a-cpu2-ddp-fp32": 3.25, "b-cpu2-ddp-fp32": 9.5}
+    assert subtle.subtle and subtle.largest_effect == 9.5
+    assert "effect at most 9.5x the tolerance (subtle)" in subtle.line()
+    assert subtle.to_json()["subtle"] is True and subtle.to_json()["effect"]["a-cpu2-ddp-fp32"] == 3.25
+    # One strong catch makes the entry not subtle; evidence and a non-finite share ("inf" in
+    # report.json) are infinite effects, never small ones.
+    loud = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "failed", "divergence", used=3.0),
+                                        _cell("b-cpu2-ddp-fp32", "failed", "divergence", used=12.0)]}, control)
+    assert not loud.subtle and "at most 12x the tolerance" in loud.line()
+    evidence = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "failed", "evidence", used=0.0)]}, control)
+    unknown = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "failed", "divergence", used="inf")]},
+                          control)  # type: ignore[arg-type]
+    for row in (evidence, unknown):
+        assert row.largest_effect == float("inf") and not row.subtle
+        assert "effect on evidence or shape" in row.line() and row.to_json()["effect"] == {"a-cpu2-ddp-fp32": None}
+    assert not judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "passed")]}, control).subtle
+    assert "subtle (caught, under 10x the tolerance wherever caught): 1" in summary_lines([subtle, loud])[2]
 
 
 def test_an_entry_caught_nowhere_is_counted_and_a_run_of_nothing_is_a_catalog_error() -> None:
