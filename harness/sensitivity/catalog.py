@@ -19,6 +19,7 @@ from __future__ import annotations
 from harness.sensitivity.bug import Bug
 from harness.sensitivity.checkpoints import CHECKPOINT_BUGS
 from harness.sensitivity.fsdp import FSDP_BUGS
+from harness.sensitivity.subtle import SUBTLE_BUGS
 
 CORE_BUGS: tuple[Bug, ...] = (
     # ------------------------------------------------------------------ backend / precision choice
@@ -404,7 +405,7 @@ CORE_BUGS: tuple[Bug, ...] = (
     ),
 )
 
-CATALOG: tuple[Bug, ...] = CORE_BUGS + CHECKPOINT_BUGS + FSDP_BUGS
+CATALOG: tuple[Bug, ...] = CORE_BUGS + CHECKPOINT_BUGS + FSDP_BUGS + SUBTLE_BUGS
 
 FAST: tuple[str, ...] = (
     "deepspeed_ignored_on_cpu",

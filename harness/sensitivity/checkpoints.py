@@ -65,4 +65,34 @@ CHECKPOINT_BUGS: tuple[Bug, ...] = (
                  "epoch's first batches again (accelerate issues on resuming mid-epoch) "
                  "(huggingface/accelerate#2016: the resumed dataloader yields another sequence of batches)",
     ),
+    Bug(
+        name="resume_optimizer_moments_saved_bf16",
+        area="checkpoint",
+        file="checkpoint/optimizer_state.py",
+        search="                if tensor.is_floating_point() and tensor.shape == param.shape:\n"
+               "                    tensor = tensor.float()",
+        replace="                if tensor.is_floating_point() and tensor.shape == param.shape:\n"
+                "                    tensor = tensor.to(torch.bfloat16)  # half the optimizer file",
+        select="classifier-cpu1-single-fp32:cpu1-single-fp32",
+        affects="resume and (cpu1-single-fp32: or cpu2-ddp-fp32: or cpu1-single-bf16: or cpu2-ddp-bf16: "
+                "or cpu1-single-fp16: or cpu2-ddp-fp16:)",
+        imitates="optimizer moments written in bf16 to shrink the checkpoint: torch's load_state_dict casts "
+                 "them back to the parameters' fp32, so the resume loads silently, with moments rounded to "
+                 "bf16 (TensorAuto/OpenTau#184: resume silently casts bf16 Adam state to fp32, lossy)",
+    ),
+    Bug(
+        name="resume_weights_saved_fp16",
+        area="checkpoint",
+        file="checkpoint/writer.py",
+        search="        full = {k: (v.float() if v.is_floating_point() else v) for k, v in state.items()}",
+        replace="        full = {k: (v.half() if v.is_floating_point() else v) for k, v in state.items()}",
+        select="classifier-cpu1-single-fp32:cpu1-single-fp32",
+        # Every resume pair whose checkpoint the core wrote (the reference writes the golden ones).
+        affects="resume and not golden",
+        imitates="the model written as 16-bit weights (DeepSpeed's save_16bit_model, a half "
+                 "model.safetensors) and loaded back into fp32 parameters: the resumed run continues from "
+                 "weights rounded to fp16 (documented: DeepSpeed config JSON, "
+                 "stage3_gather_16bit_weights_on_model_save \"Consolidate the weights before saving the model "
+                 "by save_16bit_model()\")",
+    ),
 )

@@ -52,6 +52,12 @@ class KillRow:
         return max(self.effect.values(), default=0.0)
 
     @property
+    def caught_within(self) -> int:
+        """How many of its caught cells it moved by less than SUBTLE_BELOW times the tolerance:
+        those cells' tolerances are what stops a bug of this size."""
+        return sum(1 for value in self.effect.values() if value < SUBTLE_BELOW)
+
+    @property
     def subtle(self) -> bool:
         """Caught, and only within SUBTLE_BELOW times the tolerance wherever caught."""
         return bool(self.caught) and self.largest_effect < SUBTLE_BELOW
@@ -65,7 +71,9 @@ class KillRow:
         if self.caught:
             strongest = "on evidence or shape" if self.largest_effect == float("inf") else \
                 f"at most {self.largest_effect:.3g}x the tolerance" + (" (subtle)" if self.subtle else "")
-            extras.append(f"effect {strongest}")
+            within = f", under {SUBTLE_BELOW:g}x in {self.caught_within} of {len(self.caught)}" \
+                if self.caught_within and not self.subtle else ""
+            extras.append(f"effect {strongest}{within}")
         return text + (f" ({'; '.join(extras)})" if extras else "") + f", -k {self.bug.affected!r}"
 
     def to_json(self) -> dict[str, Any]:
@@ -73,7 +81,7 @@ class KillRow:
                 "missed": self.missed, "broke": self.broke, "unproven": self.unproven,
                 "effect": {cell: (None if value == float("inf") else round(value, 3))
                            for cell, value in self.effect.items()},
-                "subtle": self.subtle,
+                "subtle": self.subtle, "caught_within_10x": self.caught_within,
                 "error": self.error, "seconds": round(self.seconds, 1)}
 
 
@@ -138,7 +146,8 @@ def summary_lines(rows: list[KillRow]) -> list[str]:
     lines.append(f"kill matrix: {len(rows)} entries, caught in {caught} of {affected} affected cells; "
                  f"entries caught nowhere: {sum(1 for r in rows if not r.caught and not r.error)}; "
                  f"subtle (caught, under {SUBTLE_BELOW:g}x the tolerance wherever caught): "
-                 f"{sum(1 for r in rows if r.subtle)}")
+                 f"{sum(1 for r in rows if r.subtle)}; caught within {SUBTLE_BELOW:g}x in some cell: "
+                 f"{sum(1 for r in rows if r.caught_within)}")
     for row in rows:
         for cell, closest in row.missed.items():
             lines.append(f"  missed {row.bug.name} on {cell}; closest: {closest}")

@@ -42,8 +42,9 @@ def test_each_cell_is_caught_missed_broken_or_not_counted() -> None:
     assert row.affected == 4
     assert row.line().startswith("toy: caught in 2 of 4 affected cells (1 raised or crashed; 1 not counted")
     lines = summary_lines([row])
-    assert ("kill matrix: 1 entries, caught in 2 of 4 affected cells; entries caught nowhere: 0; subtle "
-            "(caught, under 10x the tolerance wherever caught): 0") in lines
+    assert any(line.startswith("kill matrix: 1 entries, caught in 2 of 4 affected cells; entries caught "
+                               "nowhere: 0; subtle (caught, under 10x the tolerance wherever caught): 0")
+               for line in lines)
     assert any(line.startswith("  missed toy on c-cpu2-ddp-fp32; closest: c-cpu2-ddp-fp32: eval/logits")
                for line in lines)
 
@@ -61,7 +62,8 @@ def test_a_catch_keeps_its_effect_and_an_entry_is_subtle_only_under_10x_wherever
     # report.json) are infinite effects, never small ones.
     loud = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "failed", "divergence", used=3.0),
                                         _cell("b-cpu2-ddp-fp32", "failed", "divergence", used=12.0)]}, control)
-    assert not loud.subtle and "at most 12x the tolerance" in loud.line()
+    assert not loud.subtle and "at most 12x the tolerance, under 10x in 1 of 2" in loud.line()
+    assert loud.caught_within == 1 and loud.to_json()["caught_within_10x"] == 1
     evidence = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "failed", "evidence", used=0.0)]}, control)
     unknown = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "failed", "divergence", used="inf")]},
                           control)  # type: ignore[arg-type]
@@ -69,7 +71,8 @@ def test_a_catch_keeps_its_effect_and_an_entry_is_subtle_only_under_10x_wherever
         assert row.largest_effect == float("inf") and not row.subtle
         assert "effect on evidence or shape" in row.line() and row.to_json()["effect"] == {"a-cpu2-ddp-fp32": None}
     assert not judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "passed")]}, control).subtle
-    assert "subtle (caught, under 10x the tolerance wherever caught): 1" in summary_lines([subtle, loud])[2]
+    assert ("subtle (caught, under 10x the tolerance wherever caught): 1; caught within 10x in some cell: 2"
+            in summary_lines([subtle, loud])[2])
 
 
 def test_an_entry_caught_nowhere_is_counted_and_a_run_of_nothing_is_a_catalog_error() -> None:
@@ -91,8 +94,9 @@ def test_an_entry_without_affects_is_judged_on_its_selection() -> None:
 @pytest.mark.parametrize("bug", [b for b in CATALOG if b.affects], ids=lambda b: b.name)
 def test_the_affected_cells_hold_the_entrys_own_selection_and_are_cpu_cells(bug: Bug) -> None:
     """A kill row must include the cell its trial is caught on, and stays on CPU cells (a GPU cell
-    would only be skipped here)."""
-    cells = load_matrix().all_cells()
+    would only be skipped here). Resume pairs count: the checkpoint entries' rows are resume cells."""
+    matrix = load_matrix()
+    cells = matrix.all_cells() + matrix.resume_cells
     selected = {c.id for c in cells if keyword_matches(c, bug.select)}
     affected = {c.id for c in cells if keyword_matches(c, bug.affects)}
     assert selected and selected <= affected, sorted(selected - affected)

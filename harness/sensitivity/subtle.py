@@ -1,0 +1,86 @@
+"""Catalog entries whose effect is small by nature: a reduction or normalisation that rounds or
+shifts every value a little, where the other entries move a number by 1e3-1e4x its tolerance.
+They are what shows that a tolerance is tight (an entry caught within 10x of its tolerance
+wherever it is caught is "subtle" in the kill matrix, harness/sensitivity/kill.py), and their
+misses say where a tolerance lets a real bug through (docs/sensitivity.md).
+
+Every one changes numbers only, never the evidence a cell records: a catch is a comparison.
+"""
+
+from __future__ import annotations
+
+from harness.sensitivity.bug import Bug
+
+_DDP_WRAP = "        return DistributedDataParallel(model, device_ids=device_ids)"
+
+
+def _ddp_hook(hook: str) -> str:
+    return ("        ddp = DistributedDataParallel(model, device_ids=device_ids)\n"
+            "        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+            f"        ddp.register_comm_hook(None, default_hooks.{hook})\n"
+            "        return ddp")
+
+
+SUBTLE_BUGS: tuple[Bug, ...] = (
+    Bug(
+        name="ddp_fp16_compress_hook",
+        area="ddp",
+        file="strategies/ddp.py",
+        search=_DDP_WRAP,
+        replace=_ddp_hook("fp16_compress_hook"),
+        select="regression-cpu2-ddp-fp32",
+        affects="cpu2-ddp",
+        imitates="DDP gradients compressed to fp16 for the all-reduce (Accelerate's "
+                 "DistributedDataParallelKwargs(comm_hook=DDPCommunicationHookType.FP16)): every averaged "
+                 "gradient rounded to fp16, in fp32 training too (documented: PyTorch DDP communication "
+                 "hooks, fp16_compress_hook \"casts GradBucket tensor to half-precision floating-point format\")",
+    ),
+    Bug(
+        name="zero_communication_fp16",
+        area="deepspeed_config",
+        file="strategies/deepspeed/config.py",
+        search='    m.default("communication_data_type", "fp32")',
+        replace='    m.default("communication_data_type", "fp16")',
+        select="regression-cpu2-zero2-fp32",
+        affects="cpu2-zero",
+        imitates="ZeRO's gradient reduction in fp16 in an fp32 or bf16 run (a config template's "
+                 "communication_data_type, or DeepSpeed's old hard-coded default) (deepspeedai/DeepSpeed#2071: "
+                 "FP16 used for all reduce even if BFLOAT16 is enabled)",
+    ),
+    Bug(
+        name="zero_communication_bf16",
+        area="deepspeed_config",
+        file="strategies/deepspeed/config.py",
+        search='    m.default("communication_data_type", "fp32")',
+        replace='    m.default("communication_data_type", "bf16")',
+        select="regression-cpu2-zero2-fp32",
+        affects="cpu2-zero",
+        imitates="ZeRO's gradient reduction in bf16 in an fp32 run: older DeepSpeed reduced in the model's "
+                 "dtype unless communication_data_type said otherwise, and a bf16 template carries it over "
+                 "(deepspeedai/DeepSpeed#3370: default communication_data_type for bf16, a bisected regression)",
+    ),
+    Bug(
+        name="sync_batchnorm_eps_dropped",
+        area="ddp",
+        file="sync_batchnorm.py",
+        search="            invstd = torch.rsqrt(var + eps)",
+        replace="            invstd = torch.rsqrt(var)",
+        select="batchnorm_sync-cpu2-ddp-fp32",
+        affects="batchnorm_sync and cpu2",
+        imitates="the synced normalisation divides by the batch's standard deviation without the layer's eps "
+                 "(documented: PyTorch BatchNorm1d, \"y = \\frac{x - \\mathrm{E}[x]}"
+                 "{\\sqrt{\\mathrm{Var}[x] + \\epsilon}} * \\gamma + \\beta\")",
+    ),
+    Bug(
+        name="sync_batchnorm_eps_outside_sqrt",
+        area="ddp",
+        file="sync_batchnorm.py",
+        search="            invstd = torch.rsqrt(var + eps)",
+        replace="            invstd = 1.0 / (var.sqrt() + eps)",
+        select="batchnorm_sync-cpu2-ddp-fp32",
+        affects="batchnorm_sync and cpu2",
+        imitates="a hand-written normalisation dividing by std + eps where BatchNorm divides by "
+                 "sqrt(var + eps) (documented: PyTorch BatchNorm1d, \"y = \\frac{x - \\mathrm{E}[x]}"
+                 "{\\sqrt{\\mathrm{Var}[x] + \\epsilon}} * \\gamma + \\beta\")",
+    ),
+)
