@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="judge the passing cells of a run (python -m harness run --report-dir DIR) "
                         "again with each task's calibrated tolerance: which cells the variants do not "
                         "explain")
+    parser.add_argument("--exact-tier", type=Path, default=None, metavar="REPORT_DIR",
+                        help="measure which fp32 cells of a run a reference following their reduction "
+                        "order reproduces bit for bit (the noise and threshold study is skipped)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="also write every figure here")
     parser.add_argument("--matrix", type=Path, default=None, help="matrix file (default matrix/matrix.toml)")
@@ -43,11 +46,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from harness.plan.matrix import load_matrix
 
     safety = SAFETY_FACTOR if args.safety_factor is None else args.safety_factor
-    if args.check_records is not None and not ReportDir(args.check_records).report_json.is_file():
-        print(f"error: --check-records {args.check_records}: no {ReportDir.REPORT_JSON} there. Valid: the "
-              "--report-dir of a `python -m harness run` (it keeps records/). Fix: run the matrix with "
-              "--report-dir first")
-        return EXIT_USAGE
+    for flag, folder in (("--check-records", args.check_records), ("--exact-tier", args.exact_tier)):
+        if folder is not None and not ReportDir(folder).report_json.is_file():
+            print(f"error: {flag} {folder}: no {ReportDir.REPORT_JSON} there. Valid: the --report-dir of a "
+                  "`python -m harness run` (it keeps records/). Fix: run the matrix with --report-dir first")
+            return EXIT_USAGE
+    if args.exact_tier is not None:
+        return _exact_tier(args.exact_tier, args.json)
     if not safety >= 1:
         print(f"error: --safety-factor {safety:g}: a margin below 1 puts the tolerance inside the measured "
               "noise. Valid: a number >= 1, e.g. 2. Fix: pass --safety-factor 2")
@@ -73,3 +78,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"figures: {args.json}")
     below = [p for p in study.proposals if p.in_force < p.need.atol]
     return EXIT_FAILED if below else EXIT_OK
+
+
+def _exact_tier(report_dir: Path, json_path: Path | None) -> int:
+    """Measured, never judged: exit 0 whatever the share of exact cells."""
+    from harness.calibrate.exact_tier import check_exact, exact_json, exact_lines
+
+    checks = check_exact(report_dir)
+    print("\n".join(exact_lines(checks, report_dir)))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        figures = {"exact_tier": exact_json(checks)}
+        json_path.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+        print(f"figures: {json_path}")
+    return EXIT_OK

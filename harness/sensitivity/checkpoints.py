@@ -92,7 +92,7 @@ CHECKPOINT_BUGS: tuple[Bug, ...] = (
         imitates="the model written as 16-bit weights (DeepSpeed's save_16bit_model, a half "
                  "model.safetensors) and loaded back into fp32 parameters: the resumed run continues from "
                  "weights rounded to fp16 (documented: DeepSpeed config JSON, "
-                 "stage3_gather_16bit_weights_on_model_save \"Consolidate the weights before saving the model "
-                 "by save_16bit_model()\")",
+                 "stage3_gather_16bit_weights_on_model_save \"Consolidate the weights before saving "
+                 "the model by save_16bit_model()\")",
     ),
 )

@@ -33,7 +33,8 @@ SUBTLE_BUGS: tuple[Bug, ...] = (
         imitates="DDP gradients compressed to fp16 for the all-reduce (Accelerate's "
                  "DistributedDataParallelKwargs(comm_hook=DDPCommunicationHookType.FP16)): every averaged "
                  "gradient rounded to fp16, in fp32 training too (documented: PyTorch DDP communication "
-                 "hooks, fp16_compress_hook \"casts GradBucket tensor to half-precision floating-point format\")",
+                 "hooks, fp16_compress_hook \"casts GradBucket tensor to half-precision floating-point "
+                 "format\")",
     ),
     Bug(
         name="zero_communication_fp16",
@@ -44,8 +45,8 @@ SUBTLE_BUGS: tuple[Bug, ...] = (
         select="regression-cpu2-zero2-fp32",
         affects="cpu2-zero",
         imitates="ZeRO's gradient reduction in fp16 in an fp32 or bf16 run (a config template's "
-                 "communication_data_type, or DeepSpeed's old hard-coded default) (deepspeedai/DeepSpeed#2071: "
-                 "FP16 used for all reduce even if BFLOAT16 is enabled)",
+                 "communication_data_type, or DeepSpeed's old hard-coded default) "
+                 "(deepspeedai/DeepSpeed#2071: FP16 used for all reduce even if BFLOAT16 is enabled)",
     ),
     Bug(
         name="zero_communication_bf16",
@@ -57,7 +58,8 @@ SUBTLE_BUGS: tuple[Bug, ...] = (
         affects="cpu2-zero",
         imitates="ZeRO's gradient reduction in bf16 in an fp32 run: older DeepSpeed reduced in the model's "
                  "dtype unless communication_data_type said otherwise, and a bf16 template carries it over "
-                 "(deepspeedai/DeepSpeed#3370: default communication_data_type for bf16, a bisected regression)",
+                 "(deepspeedai/DeepSpeed#3370: default communication_data_type for bf16, a bisected "
+                 "regression)",
     ),
     Bug(
         name="sync_batchnorm_eps_dropped",

@@ -80,7 +80,8 @@ def catalog_table(text: str) -> list[str]:
 
 
 def test_the_docs_table_carries_each_entrys_citations() -> None:
-    table = {line.split(" | ")[0].strip("| `"): line for line in catalog_table(DOCS.read_text(encoding="utf-8"))}
+    rows = catalog_table(DOCS.read_text(encoding="utf-8"))
+    table = {line.split(" | ")[0].strip("| `"): line for line in rows}
     missing = [bug.name for bug in CATALOG if bug.name not in table]
     assert not missing, f"docs/sensitivity.md's catalog table lacks {missing}"
     for bug in CATALOG:

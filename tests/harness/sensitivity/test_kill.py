@@ -61,15 +61,18 @@ def test_a_catch_keeps_its_effect_and_an_entry_is_subtle_only_under_10x_wherever
     # One strong catch makes the entry not subtle; evidence and a non-finite share ("inf" in
     # report.json) are infinite effects, never small ones.
     loud = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "failed", "divergence", used=3.0),
-                                        _cell("b-cpu2-ddp-fp32", "failed", "divergence", used=12.0)]}, control)
+                                        _cell("b-cpu2-ddp-fp32", "failed", "divergence", used=12.0)]},
+                       control)
     assert not loud.subtle and "at most 12x the tolerance, under 10x in 1 of 2" in loud.line()
     assert loud.caught_within == 1 and loud.to_json()["caught_within_10x"] == 1
-    evidence = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "failed", "evidence", used=0.0)]}, control)
+    evidence = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "failed", "evidence", used=0.0)]},
+                           control)
     unknown = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "failed", "divergence", used="inf")]},
                           control)  # type: ignore[arg-type]
     for row in (evidence, unknown):
         assert row.largest_effect == float("inf") and not row.subtle
-        assert "effect on evidence or shape" in row.line() and row.to_json()["effect"] == {"a-cpu2-ddp-fp32": None}
+        assert "effect on evidence or shape" in row.line()
+        assert row.to_json()["effect"] == {"a-cpu2-ddp-fp32": None}
     assert not judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "passed")]}, control).subtle
     assert ("subtle (caught, under 10x the tolerance wherever caught): 1; caught within 10x in some cell: 2"
             in summary_lines([subtle, loud])[2])

@@ -1,0 +1,101 @@
+"""The fp32 exact tier, measured: which fp32 cells of a run a reference that follows their
+backend's reduction order reproduces bit for bit (docs/calibration.md).
+
+The reference follows a cell the way the cell's process computes: this machine's kernels
+(oneDNN on, one intra-op thread, as a rank runs), and for a cell of N processes each global batch
+as N micro-batches whose gradients are computed apart and averaged (the `two_ranks` variant for
+N = 2: DDP's all-reduce of each rank's gradient divided by the world size gives the same bits as
+averaging the halves, since dividing by 2 is exact). Where every compared quantity of a cell
+(losses, eval outputs, the state dict) is identical to that reference's, the cell could be
+judged exactly instead of within a tolerance: a bug of any size would show. Nothing is judged
+exactly yet; this is the measurement that says where that would hold on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.calibrate.noise import quantities
+from harness.calibrate.variants import splits_change_the_math
+from harness.golden.reference import Perturbation, ReferenceInputs, train_reference
+from harness.judge.cell_verdict import golden_task_of
+from harness.layout.report_dir import ReportDir
+from harness.plan.cell import Cell
+from harness.record.record_format import Record
+from harness.tasks import get_task
+
+
+@dataclass
+class ExactCheck:
+    cell_id: str
+    exact: bool
+    # quantity -> (elements that differ, max |diff|), for the quantities that are not bit-identical
+    differing: dict[str, tuple[int, float]] = field(default_factory=dict)
+    why_not_checked: str = ""
+
+    @property
+    def checked(self) -> bool:
+        return not self.why_not_checked
+
+
+def reference_for(cell: Cell) -> Perturbation:
+    """The reference run that follows this cell's reduction order: its processes as splits."""
+    return Perturbation(splits=cell.processes, name=f"splits_{cell.processes}")
+
+
+def check_exact(report_dir: Path) -> list[ExactCheck]:
+    """Every fp32 CPU cell that passed in `report_dir`, against its reduction-order reference."""
+    folder = ReportDir(report_dir)
+    report = json.loads(folder.report_json.read_text(encoding="utf-8"))
+    references: dict[tuple[str, int], Record] = {}
+    out = []
+    for entry in report["cells"]:
+        if entry["status"] != "passed" or ":" in entry["id"]:  # resume pairs have their own exactness
+            continue
+        cell = Cell.from_id(entry["id"])
+        if cell.precision != "fp32" or cell.device != "cpu":
+            continue
+        task_name = golden_task_of(cell.task)
+        task = get_task(task_name)
+        split_dependent = splits_change_the_math(task.build_model()) if cell.processes > 1 else None
+        if split_dependent:
+            out.append(ExactCheck(cell.id, False, why_not_checked=f"not modelled: {split_dependent}"))
+            continue
+        key = (task_name, cell.processes)
+        if key not in references:
+            references[key] = train_reference(task, "fp32", inputs=ReferenceInputs.of(task),
+                                              perturbation=reference_for(cell))
+        record = Record.load(folder.record(cell.id))
+        differing = {}
+        for _kind, name, run, ref in quantities(record, references[key]):
+            unequal = run.view(-1) != ref.view(-1)  # bit for bit: NaN never equals, -0.0 equals 0.0
+            if bool(unequal.any()):
+                differing[name] = (int(unequal.sum()), float((run.double() - ref.double()).abs().max()))
+        out.append(ExactCheck(cell.id, not differing, differing))
+    return out
+
+
+def exact_lines(checks: list[ExactCheck], report_dir: Path) -> list[str]:
+    checked = [c for c in checks if c.checked]
+    exact = [c for c in checked if c.exact]
+    lines = [f"fp32 exact tier ({report_dir}): {len(exact)} of {len(checked)} fp32 cells bit-identical to "
+             f"their reduction-order reference ({len(checks) - len(checked)} not modelled)"]
+    for check in checks:
+        if not check.checked:
+            lines.append(f"  {check.cell_id}: {check.why_not_checked}")
+        elif check.exact:
+            lines.append(f"  {check.cell_id}: exact")
+        else:
+            worst = max(check.differing.items(), key=lambda item: item[1][1])
+            lines.append(f"  {check.cell_id}: {len(check.differing)} quantities differ; largest "
+                         f"{worst[0]} ({worst[1][0]} elements, max |diff| {worst[1][1]:.2e})")
+    return lines
+
+
+def exact_json(checks: list[ExactCheck]) -> list[dict[str, object]]:
+    return [{"cell": c.cell_id, "exact": c.exact, "why_not_checked": c.why_not_checked,
+             "differing": {k: {"elements": n, "max_abs_diff": d} for k, (n, d) in c.differing.items()}}
+            for c in checks]
+
