@@ -5,10 +5,10 @@ The reference follows a cell the way the cell's process computes: this machine's
 (oneDNN on, one intra-op thread, as a rank runs), and for a cell of N processes each global batch
 as N micro-batches whose gradients are computed apart and averaged (the `two_ranks` variant for
 N = 2: DDP's all-reduce of each rank's gradient divided by the world size gives the same bits as
-averaging the halves, since dividing by 2 is exact). Where every compared quantity of a cell
-(losses, eval outputs, the state dict) is identical to that reference's, the cell could be
-judged exactly instead of within a tolerance: a bug of any size would show. Nothing is judged
-exactly yet; this is the measurement that says where that would hold on this machine.
+averaging the halves, since dividing by 2 is exact). Where every quantity of a cell (losses,
+lrs, loss scales, eval outputs, the state dict) equals that reference's, the cell can be judged
+exactly on top of its tolerance: a bug of any size shows. This is the measurement behind
+matrix.toml's [[exact_tier]] (the judge's side: harness.judge.exact_reference).
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.calibrate.noise import quantities
 from harness.calibrate.variants import splits_change_the_math
-from harness.golden.reference import Perturbation, ReferenceInputs, train_reference
 from harness.judge.cell_verdict import golden_task_of
+from harness.judge.exact_reference import differing_quantities, reduction_order_reference
 from harness.layout.report_dir import ReportDir
 from harness.plan.cell import Cell
 from harness.record.record_format import Record
@@ -40,16 +39,10 @@ class ExactCheck:
         return not self.why_not_checked
 
 
-def reference_for(cell: Cell) -> Perturbation:
-    """The reference run that follows this cell's reduction order: its processes as splits."""
-    return Perturbation(splits=cell.processes, name=f"splits_{cell.processes}")
-
-
 def check_exact(report_dir: Path) -> list[ExactCheck]:
     """Every fp32 CPU cell that passed in `report_dir`, against its reduction-order reference."""
     folder = ReportDir(report_dir)
     report = json.loads(folder.report_json.read_text(encoding="utf-8"))
-    references: dict[tuple[str, int], Record] = {}
     out = []
     for entry in report["cells"]:
         if entry["status"] != "passed" or ":" in entry["id"]:  # resume pairs have their own exactness
@@ -58,21 +51,13 @@ def check_exact(report_dir: Path) -> list[ExactCheck]:
         if cell.precision != "fp32" or cell.device != "cpu":
             continue
         task_name = golden_task_of(cell.task)
-        task = get_task(task_name)
-        split_dependent = splits_change_the_math(task.build_model()) if cell.processes > 1 else None
+        model = get_task(task_name).build_model()
+        split_dependent = splits_change_the_math(model) if cell.processes > 1 else None
         if split_dependent:
             out.append(ExactCheck(cell.id, False, why_not_checked=f"not modelled: {split_dependent}"))
             continue
-        key = (task_name, cell.processes)
-        if key not in references:
-            references[key] = train_reference(task, "fp32", inputs=ReferenceInputs.of(task),
-                                              perturbation=reference_for(cell))
-        record = Record.load(folder.record(cell.id))
-        differing = {}
-        for _kind, name, run, ref in quantities(record, references[key]):
-            unequal = run.view(-1) != ref.view(-1)  # bit for bit: NaN never equals, -0.0 equals 0.0
-            if bool(unequal.any()):
-                differing[name] = (int(unequal.sum()), float((run.double() - ref.double()).abs().max()))
+        differing = differing_quantities(Record.load(folder.record(cell.id)),
+                                         reduction_order_reference(cell, task_name))
         out.append(ExactCheck(cell.id, not differing, differing))
     return out
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.calibrate.exact_tier import check_exact, exact_lines, reference_for
+from harness.calibrate.exact_tier import check_exact, exact_lines
 from harness.cli.main import main
 from harness.golden.reference import ReferenceInputs, train_reference
+from harness.judge.exact_reference import reduction_order_perturbation
 from harness.layout.report_dir import ReportDir
 from harness.plan.cell import Cell
 from harness.tasks import get_task
@@ -32,7 +33,7 @@ def _run_dir(tmp_path: Path, records: dict[str, object], statuses: dict[str, str
 def _reference(cell_id: str) -> object:
     task = get_task("regression")
     return train_reference(task, "fp32", inputs=ReferenceInputs.of(task),
-                           perturbation=reference_for(Cell.from_id(cell_id)))
+                           perturbation=reduction_order_perturbation(Cell.from_id(cell_id)))
 
 
 def test_a_cell_is_exact_only_bit_for_bit_and_one_ulp_is_named(tmp_path: Path) -> None:
@@ -60,8 +61,8 @@ def test_a_cell_is_exact_only_bit_for_bit_and_one_ulp_is_named(tmp_path: Path) -
 
 
 def test_the_splits_follow_the_cells_processes() -> None:
-    assert reference_for(Cell.from_id("lm-cpu1-single-fp32")).splits == 1
-    assert reference_for(Cell.from_id("lm-cpu2-zero3-fp32")).splits == 2
+    assert reduction_order_perturbation(Cell.from_id("lm-cpu1-single-fp32")).splits == 1
+    assert reduction_order_perturbation(Cell.from_id("lm-cpu2-zero3-fp32")).splits == 2
 
 
 def test_the_command_refuses_a_folder_without_a_report(tmp_path: Path,
