@@ -7,8 +7,8 @@ as N micro-batches whose gradients are computed apart and averaged (the `two_ran
 N = 2: DDP's all-reduce of each rank's gradient divided by the world size gives the same bits as
 averaging the halves, since dividing by 2 is exact). Where every quantity of a cell (losses,
 lrs, loss scales, eval outputs, the state dict) equals that reference's, the cell can be judged
-exactly on top of its tolerance: a bug of any size shows. This is the measurement behind
-matrix.toml's [[exact_tier]] (the judge's side: harness.judge.exact_reference).
+exactly on top of its tolerance: a bug of any size shows. Measured, not judged: the share of
+exact cells moves with the measuring process's thread set-up and the CPU (docs/calibration.md).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.calibrate.reduction_order import differing_quantities, reduction_order_reference
 from harness.calibrate.variants import splits_change_the_math
 from harness.judge.cell_verdict import golden_task_of
-from harness.judge.exact_reference import differing_quantities, reduction_order_reference
 from harness.layout.report_dir import ReportDir
 from harness.plan.cell import Cell
 from harness.record.record_format import Record

@@ -82,13 +82,6 @@ def judge_record(
     if not all(c.ok for c in comparisons):
         reason = diagnose(cell.id, comparisons, record, buffer_names(cell.task),
                           first_loss_moved(record, golden))
-    if matrix.judged_exactly(cell, env_name):
-        from harness.judge.exact_reference import exact_comparison
-
-        exact = exact_comparison(cell, record, golden_task_of(cell.task))
-        comparisons.append(exact)
-        if not exact.ok and not reason:
-            reason = exact.note or ""
     if compare_dir is not None and not cell.is_deepspeed:
         cross, note = cross_environment(record, compare_dir / cell.id)
         comparisons.append(cross)

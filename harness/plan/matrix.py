@@ -25,7 +25,6 @@ from harness import implementations
 from harness.errors import MatrixError, explain
 from harness.paths import MATRIX_PATH, golden_dir_for
 from harness.plan.cell import CORE, DEVICES, PRECISIONS, STRATEGIES, Cell, ResumeCell
-from harness.plan.exact_tier import ExactTier, parse_exact_tier
 from harness.plan.matrix_entries import (
     Environment,
     Expected,
@@ -49,7 +48,7 @@ __all__ = ["Environment", "Expected", "Match", "Matrix", "MatrixError", "load_ma
 
 DEFAULT_PATH = MATRIX_PATH
 SECTIONS = ("tasks", "axes", "shapes", "exclude", "include", "expected", "environments", "tolerances",
-            "resume", "exact_tier")
+            "resume")
 
 
 @dataclass
@@ -67,8 +66,6 @@ class Matrix:
     task_imports: tuple[str, ...] = ()
     # Resume cells ([resume], harness.plan.resume_cells): opt-in, see selection.resume_requested.
     resume_cells: list[ResumeCell] = field(default_factory=list)
-    # [[exact_tier]] (harness.plan.exact_tier): fp32 cells also judged bit for bit.
-    exact_tiers: list[ExactTier] = field(default_factory=list)
 
     @property
     def golden_dir(self) -> Path | None:
@@ -85,9 +82,6 @@ class Matrix:
                     and holds_here(entry.accelerate_versions)):
                 return entry
         return None
-
-    def judged_exactly(self, cell: Cell, env_name: str) -> bool:
-        return any(tier.covers(cell, env_name) for tier in self.exact_tiers)
 
     def all_cells(self) -> list[Cell]:
         return self.cells + [cell for cell, _ in self.opt_in_cells]
@@ -258,8 +252,6 @@ def _build(file: Path, raw: dict[str, Any], tasks: set[str]) -> Matrix:
         tolerances.for_cell(cell.precision, cell.strategy)
     matrix = Matrix(file, cells, opt_in, expected, environments, excluded, tolerances, raw)
     matrix.resume_cells = resume_cells
-    matrix.exact_tiers = [parse_exact_tier(file, i, entry, valid_axes)
-                          for i, entry in enumerate(raw.get("exact_tier", []))]
     return matrix
 
 

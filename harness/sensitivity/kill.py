@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.plan.exact_tier import QUANTITY as EXACT
 from harness.sensitivity.bug import Bug, CatalogError, patched_copy
 from harness.sensitivity.trial import JUDGED_FAILURES, Control, closest_comparison, run_cells
 
@@ -112,10 +111,7 @@ def catch_effect(cell: dict[str, Any]) -> float:
     `tolerance_used` of its comparisons; inf when it failed on evidence (no number to scale)."""
     if cell.get("failure") == "evidence":
         return float("inf")
-    # The exact tier's comparison has no tolerance to scale by: a cell failed by it alone moved
-    # its toleranced numbers by less than 1x (a bug the tolerance would have let through).
-    used = [_share(c.get("tolerance_used")) for c in cell.get("comparisons", [])
-            if c.get("quantity") != EXACT]
+    used = [_share(c.get("tolerance_used")) for c in cell.get("comparisons", [])]
     return max(used, default=float("inf"))
 
 

@@ -85,36 +85,4 @@ SUBTLE_BUGS: tuple[Bug, ...] = (
                  "sqrt(var + eps) (documented: PyTorch BatchNorm1d, \"y = \\frac{x - \\mathrm{E}[x]}"
                  "{\\sqrt{\\mathrm{Var}[x] + \\epsilon}} * \\gamma + \\beta\")",
     ),
-    Bug(
-        name="zero3_memory_efficient_linear_left_on",
-        area="deepspeed_config",
-        file="strategies/deepspeed/config.py",
-        search='    m.default("zero_optimization.memory_efficient_linear", False)\n',
-        replace="",
-        select="regression-cpu2-zero3-fp32",
-        affects="cpu2-zero3",
-        imitates="ZeRO-3 left to swap torch.nn.functional.linear for its own matmul-then-add: every linear "
-                 "layer rounds once more, well inside any fp32 tolerance, so only the exact tier can see it "
-                 "(documented: DeepSpeed ZeRO config, memory_efficient_linear defaults to True, \"Use memory "
-                 "efficient linear implementation, for Stage 3.\")",
-    ),
-    Bug(
-        name="clip_coefficient_without_eps",
-        area="clipping",
-        file="strategies/single_device.py",
-        search=("        return torch.nn.utils.clip_grad_norm_(list(parameters), max_norm, "
-                "norm_type=norm_type)"),
-        replace=("        params = [p for p in parameters if p.grad is not None]\n"
-                 "        norms = [torch.linalg.vector_norm(p.grad, norm_type) for p in params]\n"
-                 "        norm = torch.linalg.vector_norm(torch.stack(norms), norm_type)\n"
-                 "        for p in params:  # max_norm / norm, where torch divides by norm + 1e-6\n"
-                 "            p.grad.mul_(torch.clamp(max_norm / norm, max=1.0))\n"
-                 "        return norm"),
-        select="clip_norm-cpu1-single-fp32",
-        affects="clip_norm and (cpu1-single or cpu2-ddp)",
-        imitates="gradient clipping written by hand (as frameworks do for their own parameter containers) "
-                 "with max_norm / norm as the coefficient, where torch.nn.utils.clip_grad_norm_ divides by "
-                 "norm + 1e-6: every clipped step scaled by a few parts in a million (no upstream report "
-                 "found; imitates the kind of bug)",
-    ),
 )

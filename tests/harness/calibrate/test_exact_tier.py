@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from harness.calibrate.exact_tier import check_exact, exact_lines
+from harness.calibrate.reduction_order import reduction_order_perturbation
 from harness.cli.main import main
 from harness.golden.reference import ReferenceInputs, train_reference
-from harness.judge.exact_reference import reduction_order_perturbation
 from harness.layout.report_dir import ReportDir
 from harness.plan.cell import Cell
 from harness.tasks import get_task

@@ -1,12 +1,11 @@
-"""The exact tier's comparison: an fp32 cell's record against the plain reference run the way the
-cell's backend reduces (each rank's share of a global batch as its own micro-batch, their
-gradients averaged; this machine's kernels; the ranks' intra-op thread count), value for value,
-with no tolerance. Which cells are judged so is matrix.toml's [[exact_tier]], measured with
-`python -m harness calibrate --exact-tier` (docs/calibration.md).
+"""The plain reference run the way a cell's backend reduces (each rank's share of a global batch
+as its own micro-batch, their gradients averaged; this machine's kernels; the ranks' intra-op
+thread count), and a record compared with it value for value: what `python -m harness calibrate
+--exact-tier` measures (harness.calibrate.exact_tier, docs/calibration.md).
 
-The reference is computed here, in the judging process, once per task x processes x threads per
-run: the goldens are portable across CPUs and so not bit-exact on every one, while this
-reference runs the same kernels as the ranks beside it.
+Computed once per task x processes x threads per process. Whether a cell reproduces it bit for
+bit depends on more than the cell (docs/calibration.md: the measuring process's thread set-up
+and the CPU's kernels move it), which is why no cell is judged by it.
 """
 
 from __future__ import annotations
@@ -14,9 +13,7 @@ from __future__ import annotations
 import threading
 
 from harness.golden.reference import Perturbation, ReferenceInputs, train_reference
-from harness.judge.outcome import Comparison
 from harness.plan.cell import Cell
-from harness.plan.exact_tier import QUANTITY
 from harness.record.record_format import Record
 from harness.run.torchrun_launch import launch_env
 from harness.tasks import get_task
@@ -57,17 +54,3 @@ def differing_quantities(record: Record, reference: Record) -> dict[str, tuple[i
         if bool(unequal.any()):
             out[name] = (int(unequal.sum()), float((got.double() - expected.double()).abs().max()))
     return out
-
-
-def exact_comparison(cell: Cell, record: Record, task_name: str) -> Comparison:
-    differing = differing_quantities(record, reduction_order_reference(cell, task_name))
-    if not differing:
-        return Comparison(QUANTITY, True, 0.0, 0.0, 0.0, 0.0,
-                          note="bit-identical to the reduction-order reference")
-    worst_name, (elements, worst) = max(differing.items(), key=lambda item: item[1][1])
-    note = (f"exact tier: {len(differing)} quantities differ from the plain reference run in this cell's "
-            f"reduction order, first {next(iter(differing))}; largest {worst_name} ({elements} elements, "
-            f"max |diff| {worst:.3g}); a correct backend reproduces this fp32 cell bit for bit "
-            "(matrix.toml [[exact_tier]], docs/calibration.md)")
-    return Comparison(QUANTITY, False, worst, 0.0, 0.0, 0.0, first_divergence=next(iter(differing)),
-                      tolerance_used=float("inf"), note=note)
