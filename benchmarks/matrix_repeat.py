@@ -25,6 +25,9 @@ from collections import Counter
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+from harness.layout.report_dir import ReportDir  # noqa: E402 - after the path is set
+
 # The same cap the tests' older-CPU pass uses (noxfile.OLDER_CPU): torch's kernels, oneDNN and
 # MKL held to AVX2 on a CPU that has more.
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
@@ -40,7 +43,7 @@ def one_run(report_dir: Path, keyword: str | None, extra_env: dict[str, str]) ->
     seconds = time.perf_counter() - start
     if done.returncode not in (0, 1):
         sys.exit(f"run failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-    report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
+    report = json.loads(ReportDir(report_dir).report_json.read_text(encoding="utf-8"))
     return seconds, report["cells"]
 
 
