@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from harness.layout.report_dir import ReportDir
+from harness.run.floor import run_floor
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,20 +41,15 @@ def timed_run(tree: Path, report_dir: Path, extra: list[str]) -> float:
 
 
 def floor_line(report_dir: Path) -> list[str]:
-    """The profile of this checkout's last run and its floor (its cells' set-up and training,
-    spread over the launches that run side by side, plus the longest start-up)."""
+    """The profile of this checkout's last run and its floor (harness.run.floor: the core-seconds
+    of its launches' start-up and cells' set-up and training over this machine's cores)."""
     startup = json.loads(ReportDir(report_dir).startup.read_text())
     profile = startup.get("profile", {})
     parts = profile.get("seconds", {})
     lines = [f"  {seconds:8.2f} s  {name}" for name, seconds in sorted(parts.items(), key=lambda p: -p[1])]
-    launches = startup.get("per_launch", [])
-    longest_startup = max((float(e.get("startup_s") or 0.0) for e in launches), default=0.0)
-    parallel = max(1, min(2, len(launches)))
-    floor = longest_startup + (parts.get("cell setup", 0.0) + parts.get("cell training", 0.0)) / parallel
+    floor = run_floor(startup.get("per_launch", []), os.cpu_count() or 1)
     wall = float(profile.get("wall_s", 0.0))
-    lines.append(f"floor: {floor:.1f} s (longest launch start-up {longest_startup:.1f} s + the cells' set-up "
-                 f"and training over {parallel} side-by-side launches); run wall {wall:.1f} s, "
-                 f"{wall / floor if floor else float('nan'):.2f}x the floor")
+    lines.append(floor.line(wall) if floor else "floor: not recorded by this checkout's launches")
     return lines
 
 

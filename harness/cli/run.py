@@ -21,6 +21,7 @@ from harness.layout.report_dir import ReportDir
 from harness.plan.cell import Cell
 from harness.plan.matrix import Matrix, load_matrix
 from harness.plan.selection import of_implementations, opt_in_requested, resume_requested, select
+from harness.run.startup import StartupSummary
 
 KEEP_ON_RESUME = (Status.PASSED, Status.SKIPPED, Status.XFAILED)
 
@@ -271,10 +272,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if outcome.startup is not None:
         print(outcome.startup.line())
     if args.profile:
-        from harness.run.profile import profile_lines
-
-        print("\n".join(profile_lines(outcome.startup.profile if outcome.startup else None)
-                        or ["no profile: no launch ran"]))
+        _print_profile(outcome.startup)
     _print_record_changes(results)
     print(f"report: {ReportDir(report_dir).report_html}")
     if interrupted:
@@ -289,3 +287,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(nothing_ran_message(results, env_name), file=sys.stderr)
         return EXIT_NOTHING_RAN
     return 0
+
+
+def _print_profile(startup: StartupSummary | None) -> None:
+    """--profile: where the run's time went, and its floor (harness.run.floor)."""
+    from harness.run.floor import run_floor
+    from harness.run.profile import profile_lines
+
+    if startup is None:
+        print("no profile: no launch ran")
+        return
+    print("\n".join(profile_lines(startup.profile) or ["no profile: no launch ran"]))
+    floor = run_floor(startup.per_launch, os.cpu_count() or 1)
+    if floor is not None:
+        print(floor.line(float(str(startup.profile.get("wall_s", 0.0)))))

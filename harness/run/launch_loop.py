@@ -12,7 +12,7 @@ from harness.layout.launch_dir import LaunchDir
 from harness.plan.cell import Cell
 from harness.run.broken import broken_result
 from harness.run.context import OnBroken, OnJudged, OnLaunch, RunContext
-from harness.run.torchrun_launch import run_launch
+from harness.run.torchrun_launch import LaunchOutcome, run_launch
 
 # Launches whose whole time is confirmation (harness.run.confirm), not start-up and cells.
 CONFIRMING_LABELS = ("-rerun", "-alone")
@@ -57,10 +57,19 @@ def launch_cells(
         )
         run.launches.append({"launch": launch_dir.name, "cells": len(batch), "startup_s": outcome.startup_s,
                              "warm_up_s": outcome.warm_up.get("seconds"),
-                             "deepspeed_ops_s": outcome.warm_up.get("deepspeed_ops_s")})
+                             "deepspeed_ops_s": outcome.warm_up.get("deepspeed_ops_s"),
+                             # what the run's floor is made of (docs/speed.md): each of the launch's
+                             # processes holds a core for its start-up and its cells' set-up and training
+                             "processes": batch[0].processes, "wall_s": round(outcome.wall_s, 3),
+                             "cells_work_s": round(_cells_work(outcome), 3)})
         run.clock.add_launch(outcome, confirming=label in CONFIRMING_LABELS)
         if outcome.broken_cell is not None:
             cell = by_id[outcome.broken_cell]
             on_broken(cell, broken_result(cell, outcome, launch_dir, run.options.timeout_s,
                                           run.emulated.get(cell.id, False)))
         queue = queue[1:] if alone else outcome.not_started
+
+
+def _cells_work(outcome: LaunchOutcome) -> float:
+    """The launch's cells' set-up and training on rank 0: what no harness overhead can remove."""
+    return sum(phases.get("setup", 0.0) + phases.get("training", 0.0) for phases in outcome.phases.values())
