@@ -4,7 +4,7 @@ would need at the rtol in force, per precision x family x kind of quantity (loss
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -27,6 +27,8 @@ class Need:
     rtol: float
     relative: float  # the worst |run - golden| / |golden| (the rtol that would pass with atol 0)
     where: str  # the quantity that needs it
+    max_abs: float = 0.0  # the worst |run - golden| of the kind (the atol that would pass at rtol 0)
+    max_abs_where: str = ""  # the quantity it was reached on
 
 
 def quantities(record: Record, golden: Record) -> list[tuple[str, str, torch.Tensor, torch.Tensor]]:
@@ -70,13 +72,18 @@ def _needs(record: Record, golden: Record, table: ToleranceTable, precision: str
            variant: str, task: str) -> list[Need]:
     entry = table.entries[(precision, family)]
     worst: dict[str, Need] = {}
+    absolute: dict[str, tuple[float, str]] = {}
     for kind, name, run, gold in quantities(record, golden):
         rtol = entry.for_quantity(kind).rtol
         need = Need(precision, family, kind, variant, task, atol_needed(run, gold, rtol), rtol,
                     relative_difference(run, gold), name)
         if kind not in worst or need.atol > worst[kind].atol:
             worst[kind] = need
-    return [worst[k] for k in QUANTITY_KINDS if k in worst]
+        largest = atol_needed(run, gold, 0.0)
+        if largest >= absolute.get(kind, (-1.0, ""))[0]:
+            absolute[kind] = (largest, name)
+    return [replace(worst[k], max_abs=absolute[k][0], max_abs_where=absolute[k][1])
+            for k in QUANTITY_KINDS if k in worst]
 
 
 def worst_by_entry(needs: Iterable[Need]) -> dict[tuple[str, str, str], Need]:

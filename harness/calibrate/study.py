@@ -49,8 +49,8 @@ def run_study(tasks: Sequence[str], precisions: Sequence[str], table: ToleranceT
             for family in families:
                 if (precision, family) not in table.entries:
                     continue
-                in_force.append(detection_threshold(task, precision, family, inputs, golden,
-                                                    table.entries[(precision, family)]))
+                in_force_tol = table.with_task(table.entries[(precision, family)], name)
+                in_force.append(detection_threshold(task, precision, family, inputs, golden, in_force_tol))
                 calibrated.append(detection_threshold(task, precision, family, inputs, golden,
                                                       per_task[(name, precision, family)]))
     return Study(tuple(tasks), tuple(precisions), safety, needs, proposals, in_force, calibrated)

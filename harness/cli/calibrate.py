@@ -8,11 +8,16 @@ import argparse
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.errors import EXIT_FAILED, EXIT_USAGE
 from harness.layout.report_dir import ReportDir
 
+if TYPE_CHECKING:
+    from harness.plan.matrix import Matrix
+
 EXIT_OK = 0
+WEIGHTS_DEFAULT = Path("(the matrix's weights_per_task)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exact-tier", type=Path, default=None, metavar="REPORT_DIR",
                         help="measure which fp32 cells of a run a reference following their reduction "
                         "order reproduces bit for bit (the noise and threshold study is skipped)")
+    parser.add_argument("--write-weight-tolerances", nargs="?", type=Path, const=WEIGHTS_DEFAULT,
+                        default=None, metavar="FILE", help="write each task's tolerance for the final "
+                        "weights of its fp16/bf16 single/ddp/fsdp cells from the measured noise (default: "
+                        "the file matrix.toml's [tolerances] weights_per_task names); needs every task and "
+                        "precision")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="also write every figure here")
     parser.add_argument("--matrix", type=Path, default=None, help="matrix file (default matrix/matrix.toml)")
@@ -41,6 +51,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from harness.calibrate.calibrated import SAFETY_FACTOR, task_tolerances
     from harness.calibrate.report import check_lines, lines
     from harness.calibrate.study import run_study
+    from harness.calibrate.weights_file import below_noise
     from harness.golden.golden_store import owned_golden_pairs
     from harness.plan.cell import PRECISIONS
     from harness.plan.matrix import load_matrix
@@ -57,6 +68,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"error: --safety-factor {safety:g}: a margin below 1 puts the tolerance inside the measured "
               "noise. Valid: a number >= 1, e.g. 2. Fix: pass --safety-factor 2")
         return EXIT_USAGE
+    if args.write_weight_tolerances is not None:  # first, so that the study below judges with them
+        if args.task or args.precision:
+            print("error: --write-weight-tolerances with --task/--precision: the file holds every task's "
+                  "entries and would lose the others. Valid: every task and precision. Fix: drop --task and "
+                  "--precision")
+            return EXIT_USAGE
+        _write_weights(args.write_weight_tolerances, load_matrix(args.matrix, weights_per_task=False), safety)
     matrix = load_matrix(args.matrix) if args.matrix else load_matrix()
     owned = sorted({task for task, _ in owned_golden_pairs()})
     unknown = sorted(set(args.task or ()) - set(owned))
@@ -68,6 +86,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                       thresholds=not args.no_thresholds)
     print("\n".join(lines(study)))
     figures = study.to_json()
+
     if args.check_records is not None:
         checks = check_cells(args.check_records, task_tolerances(study.needs, matrix.tolerances, safety))
         print("\n".join(check_lines(checks, args.check_records)))
@@ -77,7 +96,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
         print(f"figures: {args.json}")
     below = [p for p in study.proposals if p.in_force < p.need.atol]
-    return EXIT_FAILED if below else EXIT_OK
+    weights_below = below_noise(study.needs, matrix.tolerances)
+    for line in weights_below:
+        print(f"below the noise: {line}")
+    return EXIT_FAILED if below or weights_below else EXIT_OK
 
 
 def _exact_tier(report_dir: Path, json_path: Path | None) -> int:
@@ -92,3 +114,23 @@ def _exact_tier(report_dir: Path, json_path: Path | None) -> int:
         json_path.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
         print(f"figures: {json_path}")
     return EXIT_OK
+
+
+def _write_weights(target: Path, matrix: Matrix, safety: float) -> None:
+    from harness.calibrate.noise import measure
+    from harness.calibrate.weights_file import weight_tolerances, write_weight_tolerances
+    from harness.golden.golden_store import owned_golden_pairs
+    from harness.plan.tolerances import WEIGHTS_PER_TASK
+    from harness.plan.weight_tolerances import HALF_PRECISIONS
+
+    tasks = sorted({task for task, _ in owned_golden_pairs()})
+    needs = measure(tasks, HALF_PRECISIONS, matrix.tolerances)
+
+    if target == WEIGHTS_DEFAULT:
+        named = matrix.raw.get("tolerances", {}).get(WEIGHTS_PER_TASK, "weight_tolerances.toml")
+        target = matrix.path.parent / str(named)
+    written = weight_tolerances(needs, matrix.tolerances, safety)
+    write_weight_tolerances(target, written, safety)
+    print(f"weight tolerances: {len(written.entries)} entries written to {target}")
+    for line in written.skipped:
+        print(f"  no entry: {line}")

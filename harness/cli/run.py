@@ -21,7 +21,6 @@ from harness.layout.report_dir import ReportDir
 from harness.plan.cell import Cell
 from harness.plan.matrix import Matrix, load_matrix
 from harness.plan.selection import of_implementations, opt_in_requested, resume_requested, select
-from harness.run.startup import StartupSummary
 
 KEEP_ON_RESUME = (Status.PASSED, Status.SKIPPED, Status.XFAILED)
 
@@ -272,7 +271,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if outcome.startup is not None:
         print(outcome.startup.line())
     if args.profile:
-        _print_profile(outcome.startup)
+        from harness.run.profile import profile_report
+
+        print("\n".join(profile_report(outcome.startup.profile if outcome.startup else None,
+                                        outcome.startup.per_launch if outcome.startup else [],
+                                        os.cpu_count() or 1)))
     _print_record_changes(results)
     print(f"report: {ReportDir(report_dir).report_html}")
     if interrupted:
@@ -288,16 +291,3 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_NOTHING_RAN
     return 0
 
-
-def _print_profile(startup: StartupSummary | None) -> None:
-    """--profile: where the run's time went, and its floor (harness.run.floor)."""
-    from harness.run.floor import run_floor
-    from harness.run.profile import profile_lines
-
-    if startup is None:
-        print("no profile: no launch ran")
-        return
-    print("\n".join(profile_lines(startup.profile) or ["no profile: no launch ran"]))
-    floor = run_floor(startup.per_launch, os.cpu_count() or 1)
-    if floor is not None:
-        print(floor.line(float(str(startup.profile.get("wall_s", 0.0)))))

@@ -63,7 +63,7 @@ def judge_record(
     try:
         record = Record.load(record_stem)
         golden = load_golden(golden_task_of(cell.task), cell.precision, matrix.golden_dir)
-        tolerance = matrix.tolerance_for(cell.precision, cell.strategy)
+        tolerance = matrix.tolerance_for(cell.precision, cell.strategy, golden.task)
     except Exception as exc:  # RecordError, GoldenError, a bad tolerance table: the cell is not judged
         return new_result(cell, Status.ERROR, f"{type(exc).__name__}: {exc}", **common)
     comparisons = list(compare_record(record, golden, tolerance, expected_output_dtype(cell)))

@@ -72,9 +72,10 @@ class Matrix:
         """`golden/` beside this matrix file; None for the repository's own (harness.paths)."""
         return golden_dir_for(self.path)
 
-    def tolerance_for(self, precision: str, strategy: str) -> Tolerance:
-        """The comparison tolerance of this matrix for a cell's precision and strategy."""
-        return self.tolerances.for_cell(precision, strategy)
+    def tolerance_for(self, precision: str, strategy: str, task: str | None = None) -> Tolerance:
+        """The comparison tolerance of this matrix for a cell's precision and strategy, with the
+        per-task weight tolerance of `task` (the golden's task) where it has one."""
+        return self.tolerances.for_cell(precision, strategy, task)
 
     def expected_outcome(self, cell: Cell, env_name: str = "") -> Expected | None:
         for entry in self.expected:
@@ -90,8 +91,11 @@ class Matrix:
         return list(self.raw.get("axes", {}).get(name, []))
 
 
-def load_matrix(path: str | Path | None = None, known_tasks: Iterable[str] | None = None) -> Matrix:
-    """Parse and validate; `known_tasks` defaults to the task registry (harness.tasks)."""
+def load_matrix(path: str | Path | None = None, known_tasks: Iterable[str] | None = None,
+                weights_per_task: bool = True) -> Matrix:
+    """Parse and validate; `known_tasks` defaults to the task registry (harness.tasks).
+    `weights_per_task=False` leaves out the per-task weight tolerances' file (the calibration
+    that writes it loads the matrix without it)."""
     file = Path(path) if path is not None else DEFAULT_PATH
     try:
         text = file.read_text(encoding="utf-8")
@@ -119,7 +123,7 @@ def load_matrix(path: str | Path | None = None, known_tasks: Iterable[str] | Non
     _require_cells_can_exist(file, raw)
     imports = _import_user_tasks(file, raw)
     tasks = _known_tasks(known_tasks) | set(imports.names)
-    matrix = _build(file, raw, tasks)
+    matrix = _build(file, raw, tasks, weights_per_task)
     matrix.task_imports = imports.paths
     return matrix
 
@@ -190,7 +194,7 @@ def _known_sections(file: Path, raw: dict[str, Any]) -> None:
             raise bad(file, "section", key, "it is not a known section", SECTIONS, "rename or remove it")
 
 
-def _build(file: Path, raw: dict[str, Any], tasks: set[str]) -> Matrix:
+def _build(file: Path, raw: dict[str, Any], tasks: set[str], weights_per_task: bool = True) -> Matrix:
     axes = raw.get("axes", {})
     valid_axes = {
         "task": sorted(tasks),
@@ -242,7 +246,7 @@ def _build(file: Path, raw: dict[str, Any], tasks: set[str]) -> Matrix:
     environments = {
         name: parse_environment(file, name, body) for name, body in raw.get("environments", {}).items()
     }
-    tolerances = parse_tolerances(file, raw.get("tolerances", {}))
+    tolerances = parse_tolerances(file, raw.get("tolerances", {}), weights_per_task)
     shape_names = [f"{device}{processes}-{strategy}"
                    for device, processes, names in shapes for strategy in names]
     resume_cells, resume_expected = parse_resume(file, raw.get("resume"), valid_axes, shape_names,

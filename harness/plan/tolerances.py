@@ -7,6 +7,11 @@ An entry may hold sharper tolerances for one kind of quantity, as sub-tables
 losses of a half-precision run, for one, stay far closer to the golden than its eval logits, and
 the entry's tolerance, sized for the logits, would let a loss bug through.
 
+`[tolerances] weights_per_task` names a file of per-task tolerances for the final weights of
+half-precision cells of the plain family (harness.plan.weight_tolerances, written by
+`python -m harness calibrate --write-weight-tolerances`); `for_cell` applies them to the cells of
+the tasks they name.
+
 Parsed and validated once, with the rest of the matrix (harness.plan.matrix): a run judges every
 cell with the tolerances of the matrix it was given, never with another file's.
 """
@@ -14,13 +19,14 @@ cell with the tolerances of the matrix it was given, never with another file's.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ToleranceError, explain
 from harness.plan.cell import PRECISIONS, STRATEGIES
 from harness.plan.tolerance_entry import read_entry
+from harness.plan.weight_tolerances import WeightTolerance, parse_weight_tolerances
 
 # fsdp is "plain" by measurement (benchmarks/fsdp_distance.py, docs/fsdp.md "FSDP in the matrix"):
 # every fsdp cell that trains stays inside the plain tolerances, worst 4% in fp32, 49% in fp16
@@ -31,6 +37,8 @@ FAMILIES = {"single": "plain", "ddp": "plain", "zero1": "zero", "zero2": "zero",
             "fsdp": "plain"}
 # The kinds a comparison's quantity name starts with ("losses", "eval/logits", "state_dict/w").
 QUANTITY_KINDS = ("losses", "eval", "state_dict")
+# The [tolerances] key naming the per-task weight tolerances' file.
+WEIGHTS_PER_TASK = "weights_per_task"
 
 
 @dataclass(frozen=True)
@@ -58,8 +66,25 @@ EXACT = Tolerance(precision="any", family="any", rtol=0.0, atol=0.0,
 class ToleranceTable:
     source: Path
     entries: dict[tuple[str, str], Tolerance]
+    # (precision, golden task) -> its final weights' tolerance in the plain family (WEIGHTS_PER_TASK)
+    weights: dict[tuple[str, str], WeightTolerance] = field(default_factory=dict)
 
-    def for_cell(self, precision: str, strategy: str) -> Tolerance:
+    def for_cell(self, precision: str, strategy: str, task: str | None = None) -> Tolerance:
+        """The family's tolerance, with `task`'s own weight tolerance where it has one (`task`:
+        the golden's task; None: the family's alone)."""
+        return self.with_task(self.for_strategy(precision, strategy), task)
+
+    def with_task(self, family_tolerance: Tolerance, task: str | None) -> Tolerance:
+        """`family_tolerance` (an entry of this table) with `task`'s weight tolerance, if it has one
+        in that family."""
+        weights = self.weights.get((family_tolerance.precision, task or ""))
+        if family_tolerance.family != "plain" or weights is None:
+            return family_tolerance
+        state_dict = Tolerance(weights.precision, f"plain.state_dict.{task}", weights.rtol, weights.atol,
+                               weights.reason)
+        return replace(family_tolerance, quantities={**family_tolerance.quantities, "state_dict": state_dict})
+
+    def for_strategy(self, precision: str, strategy: str) -> Tolerance:
         if strategy not in FAMILIES:
             raise ToleranceError(explain(f"strategy {strategy!r}", "it has no tolerance family",
                                          STRATEGIES, "use a strategy of the matrix"))
@@ -72,13 +97,18 @@ class ToleranceTable:
         return found
 
 
-def parse_tolerances(source: Path, table: Any) -> ToleranceTable:
-    """Every entry of [tolerances], validated (a malformed one is a ToleranceError naming it)."""
+def parse_tolerances(source: Path, table: Any, weights_per_task: bool = True) -> ToleranceTable:
+    """Every entry of [tolerances], validated (a malformed one is a ToleranceError naming it);
+    the per-task weight tolerances' file too, unless `weights_per_task` is False."""
     if not isinstance(table, dict):
         raise ToleranceError(explain(f"[tolerances] in {source}", "it must be a table",
                                      "[tolerances.<precision>.<family>] sections", "fix the file"))
     entries: dict[tuple[str, str], Tolerance] = {}
+    named = weights_per_task and WEIGHTS_PER_TASK in table
+    weights = parse_weight_tolerances(source, table[WEIGHTS_PER_TASK]) if named else {}
     for precision, families in table.items():
+        if precision == WEIGHTS_PER_TASK:
+            continue
         if precision not in PRECISIONS or not isinstance(families, dict):
             raise ToleranceError(explain(f"[tolerances.{precision}] in {source}", "not a precision table",
                                          PRECISIONS, "key tolerances by precision, then family"))
@@ -90,7 +120,7 @@ def parse_tolerances(source: Path, table: Any) -> ToleranceTable:
             rtol, atol, reason = read_entry(entry, where, [f"{precision}.{family}"], ToleranceError)
             quantities = _quantity_entries(entry, where, precision, family)
             entries[(precision, family)] = Tolerance(precision, family, rtol, atol, reason, quantities)
-    return ToleranceTable(source, entries)
+    return ToleranceTable(source, entries, weights)
 
 
 def _quantity_entries(entry: dict[str, Any], where: str, precision: str, family: str) -> dict[str, Tolerance]:

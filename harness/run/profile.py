@@ -83,3 +83,18 @@ def profile_lines(profile: dict[str, object] | None) -> list[str]:
         if name in parts:
             lines.append(f"  {parts[name]:8.2f} s  {100 * parts[name] / total:5.1f}%  {name}")
     return lines
+
+
+def profile_report(profile: dict[str, object] | None, per_launch: list[dict[str, object]],
+                   cores: int) -> list[str]:
+    """--profile's output: the profile, then the run's floor (harness.run.floor) when the
+    launches recorded what it is made of."""
+    from harness.run.floor import run_floor
+
+    lines = profile_lines(profile)
+    if not lines:
+        return ["no profile: no launch ran"]
+    floor = run_floor(per_launch, cores)
+    if floor is not None and profile is not None:
+        lines.append(floor.line(float(str(profile.get("wall_s", 0.0)))))
+    return lines

@@ -49,6 +49,8 @@ def tolerances_text() -> str:
     table = load_matrix(MATRIX_PATH).raw.get("tolerances", {})
     lines = ["[tolerances]"]
     for precision, families in table.items():
+        if not isinstance(families, dict):  # weights_per_task: the harness's own tasks' weights only
+            continue
         for family, entry in families.items():
             lines += ["", f"[tolerances.{precision}.{family}]"]
             lines += [f"{key} = {json.dumps(value)}" for key, value in entry.items()

@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import tomllib
 
 from harness.paths import MATRIX_PATH
+from harness.plan.tolerances import WEIGHTS_PER_TASK as WEIGHTS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +67,16 @@ _TOLERANCES = MATRIX_PATH.read_text()[MATRIX_PATH.read_text().index("[tolerances
 def write_matrix(directory: Path, text: str = SMALL_MATRIX, extra: str = "") -> Path:
     path = directory / "matrix.toml"
     tolerances = "" if "[tolerances" in text + extra else "\n" + _TOLERANCES
-    path.write_text(text + extra + tolerances, encoding="utf-8")
+    return write_matrix_file(path, text + extra + tolerances)
+
+
+def write_matrix_file(path: Path, text: str) -> Path:
+    """Write a matrix (the repository's, edited) at `path`, with the per-task weight tolerances'
+    file its [tolerances] weights_per_task names copied beside it, as it is beside the repository's."""
+    path.write_text(text, encoding="utf-8")
+    named = tomllib.loads(text).get("tolerances", {}).get(WEIGHTS)
+    if isinstance(named, str) and not (path.parent / named).exists():
+        shutil.copy(MATRIX_PATH.parent / named, path.parent / named)
     return path
 
 

@@ -23,6 +23,7 @@ from accelerate_core.imports import is_deepspeed_available
 from harness.judge.outcome import CellResult, Status
 from harness.plan.cell import Cell
 from harness.plan.matrix import load_matrix
+from tests.harness.runner_helpers import write_matrix_file
 from tests.matrix import session as session_module
 from tests.matrix.session import REPO_ROOT, MatrixSession, MatrixSettings
 
@@ -34,9 +35,7 @@ def matrix_copy(tmp_path: Path) -> Path:
     # The task array may span lines: replace it whole, up to its closing bracket.
     text, replaced = re.subn(r"(?ms)^task = \[.*?\]", 'task = ["regression", "classifier"]', text, count=1)
     assert replaced == 1, "matrix.toml has no `task = [...]` axis to narrow"
-    path = tmp_path / "matrix.toml"
-    path.write_text(text)
-    return path
+    return write_matrix_file(tmp_path / "matrix.toml", text)
 
 
 # Modules a collection of the matrix items imports and that keep state (conftest's session; test
@@ -189,7 +188,8 @@ def test_the_options_win_over_the_environment_variables(
     collected, and every other option beats its variable too."""
     one_task = tmp_path / "one" / "matrix.toml"
     one_task.parent.mkdir()
-    one_task.write_text(re.sub(r'(?m)^task = .*$', 'task = ["regression"]', matrix_copy.read_text(), count=1))
+    narrowed = re.sub(r'(?m)^task = .*$', 'task = ["regression"]', matrix_copy.read_text(), count=1)
+    write_matrix_file(one_task, narrowed)
     environ = {"MATRIX_FILE": str(one_task), "MATRIX_ENV": "deepspeed", "MATRIX_TIMEOUT": "5",
                "MATRIX_REPORT_DIR": str(tmp_path / "from-env")}
     by_env, _ = _run(monkeypatch, capsys, environ, "--collect-only")

@@ -25,6 +25,7 @@ from harness.cli.ci import (
     workflow,
 )
 from harness.plan.matrix import load_matrix
+from tests.harness.runner_helpers import write_matrix_file
 
 
 def test_committed_workflow_matches_the_matrix() -> None:
@@ -105,7 +106,7 @@ def test_a_matrix_change_makes_the_check_fail(tmp_path: Path) -> None:
     changed = text.replace('"self-hosted", "linux", "gpu"]', '"self-hosted", "linux", "a100"]')
     assert changed != text, "the test edits the gpu runner labels; update it if the matrix moved them"
     matrix = tmp_path / "matrix.toml"
-    matrix.write_text(changed)
+    write_matrix_file(matrix, changed)
     assert stale_workflows(matrix_path=matrix) == [WORKFLOW]
     jobs = yaml.safe_load(render_workflows(matrix)[WORKFLOW])["jobs"]
     assert any("a100" in job["runs-on"] for job in jobs.values())
@@ -210,7 +211,7 @@ def test_a_pin_that_is_not_one_release_is_refused_at_load(tmp_path: Path) -> Non
     changed = text.replace('deepspeed_version = "0.16.9"', 'deepspeed_version = ">=0.16"')
     assert changed != text
     matrix = tmp_path / "matrix.toml"
-    matrix.write_text(changed)
+    write_matrix_file(matrix, changed)
     from harness.errors import MatrixError
 
     with pytest.raises(MatrixError, match=r"deepspeed_0_16\]\.deepspeed_version.*one exact release"):

@@ -12,6 +12,7 @@ import yaml
 from harness.cli.ci import MERGE_JOB, WORKFLOW, render_workflows, workflow
 from harness.errors import MatrixError
 from harness.paths import MATRIX_PATH
+from tests.harness.runner_helpers import write_matrix_file
 
 
 def sharded_matrix(tmp_path: Path, **shards: int) -> Path:
@@ -21,8 +22,7 @@ def sharded_matrix(tmp_path: Path, **shards: int) -> Path:
         header = f"[environments.{name}]\n"
         assert header in text, f"the test shards environment {name}; update it if the matrix renamed it"
         text = text.replace(header, f"{header}shards = {count}\n")
-    path = tmp_path / "matrix.toml"
-    path.write_text(text)
+    path = write_matrix_file(tmp_path / "matrix.toml", text)
     return path
 
 
@@ -99,7 +99,7 @@ def test_a_sharded_gpu_environment_gets_a_merge_job_of_its_own(tmp_path: Path) -
 def test_a_bad_shards_value_is_refused_at_load(tmp_path: Path, value: str) -> None:
     path = tmp_path / "matrix.toml"
     header = "[environments.gpu]\n"
-    path.write_text(MATRIX_PATH.read_text().replace(header, f"{header}shards = {value}\n"))
+    write_matrix_file(path, MATRIX_PATH.read_text().replace(header, f"{header}shards = {value}\n"))
     refusal = r"\[environments\.gpu\]\.shards = .*a whole number of CI jobs.*Valid: 1\.\.64"
     with pytest.raises(MatrixError, match=refusal):
         workflow(path)

@@ -16,6 +16,7 @@ from harness.plan.matrix import load_matrix
 from harness.plan.resume_cells import ResumePoint
 from harness.plan.selection import resume_requested, select
 from harness.tasks import get_task
+from tests.harness.runner_helpers import write_matrix_file
 
 CPU_ENDS = ["cpu1-single", "cpu2-ddp", "cpu2-zero1", "cpu2-zero2", "cpu2-zero3"]
 
@@ -119,7 +120,7 @@ def _matrix_with(tmp_path: Path, resume: str) -> Path:
     text = MATRIX_PATH.read_text(encoding="utf-8")  # its [resume] section replaced by `resume`
     start, end = text.index("[resume.steps]"), text.index("[tolerances]\n")
     path = tmp_path / "matrix.toml"
-    path.write_text(text[:start] + resume + "\n" + text[end:], encoding="utf-8")
+    write_matrix_file(path, text[:start] + resume + "\n" + text[end:])
     return path
 
 

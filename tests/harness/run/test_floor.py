@@ -39,3 +39,14 @@ def test_entries_without_work_do_not_count() -> None:
                 {"processes": 2, "startup_s": 1.0, "cells_work_s": 3.0}]
     floor = run_floor(launches, cores=2)
     assert floor is not None and floor.launches == 1 and floor.seconds == pytest.approx(4.0)
+
+
+def test_the_profile_report_ends_with_the_floor_when_the_launches_recorded_their_work() -> None:
+    from harness.run.profile import profile_report
+
+    profile = {"wall_s": 9.0, "launches": 1, "cells": 2, "seconds": {"cell training": 5.0}}
+    launches = [{"processes": 2, "startup_s": 1.0, "cells_work_s": 5.0}]
+    lines = profile_report(profile, launches, cores=2)
+    assert lines[-1].startswith("floor: 6.0 s") and "1.50x the floor" in lines[-1]
+    assert not profile_report(profile, [], cores=2)[-1].startswith("floor")
+    assert profile_report(None, launches, cores=2) == ["no profile: no launch ran"]

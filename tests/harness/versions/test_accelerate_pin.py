@@ -13,6 +13,7 @@ from harness.cli.run import check_env_pins
 from harness.errors import MatrixError, UsageError
 from harness.plan.matrix import load_matrix
 from tests.distributed_helpers import REPO_ROOT
+from tests.harness.runner_helpers import write_matrix_file
 
 ENV = '''
 [environments.acc_x]
@@ -29,7 +30,7 @@ sweep = true
 def _matrix(tmp_path: Path, body: str) -> Path:
     text = (REPO_ROOT / "matrix" / "matrix.toml").read_text(encoding="utf-8")
     path = tmp_path / "matrix.toml"
-    path.write_text(text + ENV + body, encoding="utf-8")
+    write_matrix_file(path, text + ENV + body)
     return path
 
 

@@ -12,6 +12,7 @@ from harness.errors import MatrixError
 from harness.plan.matrix import load_matrix
 from harness.versions.release_condition import holds_here, parse_condition
 from tests.distributed_helpers import REPO_ROOT
+from tests.harness.runner_helpers import write_matrix_file
 
 
 @pytest.mark.parametrize(("text", "release", "holds"), [
@@ -70,8 +71,8 @@ def _load(tmp_path: Path, condition: str, implementation: str = 'implementation 
     text = (REPO_ROOT / "matrix" / "matrix.toml").read_text(encoding="utf-8")
     first = text.index("\n[[expected]]\n") + 1  # put it first: its number is #1
     path = tmp_path / "matrix.toml"
-    path.write_text(text[:first] + ENTRY.format(implementation=implementation, condition=condition).lstrip()
-                    + "\n" + text[first:], encoding="utf-8")
+    entry = ENTRY.format(implementation=implementation, condition=condition).lstrip()
+    write_matrix_file(path, text[:first] + entry + "\n" + text[first:])
     load_matrix(path)
 
 

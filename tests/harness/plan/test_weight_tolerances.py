@@ -1,0 +1,73 @@
+"""Per-task weight tolerances ([tolerances] weights_per_task, harness.plan.weight_tolerances): read
+and validated with the matrix, applied to the final weights of plain-family half-precision cells
+of the tasks they name, and nowhere else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ToleranceError
+from harness.plan.matrix import DEFAULT_PATH, load_matrix
+from harness.plan.tolerances import parse_tolerances
+
+FAMILY = {"fp16": {"plain": {"rtol": 1e-3, "atol": 2e-2, "reason": "r"}, "zero": {"rtol": 1e-3, "atol": 2e-2,
+                                                                                   "reason": "r"}}}
+ENTRY = """
+[fp16.sgd_accum]
+rtol = 0
+atol = 3.6e-05
+need = 1.76e-05
+variant = "two_ranks_fsdp_half"
+where = "state_dict/out.bias"
+reason = "2 x the worst"
+"""
+
+
+def _table(tmp_path: Path, text: str = ENTRY, name: str = "weights.toml"):  # type: ignore[no-untyped-def]
+    (tmp_path / "weights.toml").write_text(text)
+    return parse_tolerances(tmp_path / "matrix.toml", {**FAMILY, "weights_per_task": name})
+
+
+def test_an_entry_sharpens_only_the_weights_of_its_task_in_the_plain_family(tmp_path: Path) -> None:
+    table = _table(tmp_path)
+    for strategy in ("single", "ddp", "fsdp"):
+        tolerance = table.for_cell("fp16", strategy, "sgd_accum")
+        weights = tolerance.for_quantity("state_dict/out.bias")
+        assert (weights.rtol, weights.atol) == (0.0, 3.6e-5)
+        assert tolerance.for_quantity("eval/logits").atol == 2e-2  # other kinds keep the family's
+    assert table.for_cell("fp16", "zero2", "sgd_accum").for_quantity("state_dict/w").atol == 2e-2
+    assert table.for_cell("fp16", "ddp", "lm").for_quantity("state_dict/w").atol == 2e-2
+    assert table.for_cell("fp16", "ddp").for_quantity("state_dict/w").atol == 2e-2
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    (ENTRY.replace('variant = "two_ranks_fsdp_half"\n', ""), "its keys are"),
+    (ENTRY.replace("atol = 3.6e-05", "atol = 1e-05"), "atol >= need"),
+    (ENTRY.replace("[fp16.sgd_accum]", "[fp32.sgd_accum]"), "not a half precision"),
+    (ENTRY.replace("atol = 3.6e-05", 'atol = "small"'), "not a number"),
+    ("[fp16", "not valid TOML"),
+])
+def test_a_malformed_file_is_an_error_that_names_the_entry_and_the_fix(tmp_path: Path, text: str,
+                                                                       says: str) -> None:
+    with pytest.raises(ToleranceError, match=says) as raised:
+        _table(tmp_path, text)
+    assert "Fix:" in str(raised.value)
+
+
+def test_a_missing_file_says_how_to_write_it(tmp_path: Path) -> None:
+    with pytest.raises(ToleranceError, match="--write-weight-tolerances"):
+        _table(tmp_path, name="absent.toml")
+
+
+def test_the_repository_matrix_judges_quiet_tasks_by_their_own_noise() -> None:
+    matrix = load_matrix()
+    assert (DEFAULT_PATH.parent / "weight_tolerances.toml").is_file()
+    entry = matrix.tolerances.weights[("bf16", "sgd_accum")]
+    family = matrix.tolerance_for("bf16", "single").for_quantity("state_dict")
+    assert entry.atol >= 2 * entry.need and entry.atol < family.atol
+    assert ("bf16", "batchnorm") not in matrix.tolerances.weights  # its math depends on the split
+    assert ("bf16", "dropout") not in matrix.tolerances.weights
+    without = load_matrix(weights_per_task=False)
+    assert not without.tolerances.weights
