@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 AREAS = ("ddp", "sharding", "loss_scaling", "autocast", "accumulation", "clipping", "zero",
-         "state_dict", "deepspeed_config", "checkpoint", "precision_fallback", "fsdp")
+         "state_dict", "deepspeed_config", "checkpoint", "precision_fallback", "fsdp", "scheduling")
 
 
 class CatalogError(Exception):

@@ -29,10 +29,9 @@ from torch.testing import assert_close
 
 from tests.accelerate_core.scripts.checkpoint_task import (
     GAS,
-    GLOBAL_BATCH,
-    SAMPLES,
     SAVE_AT,
     Net,
+    micro_steps_before_checkpoint,
     prepare,
     user_loop,
 )
@@ -99,17 +98,6 @@ def runs(shared_launch_out: Path) -> tuple[Path, dict[str, dict[str, Any]]]:
     return out, records
 
 
-def _micro_steps_before_checkpoint() -> int:
-    """Micro steps the uninterrupted run took up to the checkpoint (the loop's own rule)."""
-    per_epoch = -(-SAMPLES // GLOBAL_BATCH)
-    micro, steps = 0, 0
-    while steps < SAVE_AT:
-        step = micro % per_epoch
-        micro += 1
-        if (step + 1) % GAS == 0 or step == per_epoch - 1:
-            steps += 1
-    return micro
-
 
 def _close_runs(resumed: dict[str, Any], full: dict[str, Any], tail: int, first_step: int) -> None:
     """`resumed` took the last `tail` micro steps and the optimizer steps from `first_step` on."""
@@ -139,7 +127,7 @@ def test_resumed_run_continues_the_uninterrupted_one(
 ) -> None:
     _, records = runs
     full = records[PAIRS[resumed]]
-    tail = len(full["losses"]) - _micro_steps_before_checkpoint()
+    tail = len(full["losses"]) - micro_steps_before_checkpoint()
     assert len(records[resumed]["losses"]) == tail  # resumed mid-epoch, at the next batch
     _close_runs(records[resumed], full, tail, SAVE_AT)
 

@@ -54,6 +54,19 @@ class Pairs(Dataset[dict[str, torch.Tensor]]):
         return {"x": self.x[i], "labels": self.y[i]}
 
 
+def micro_steps_before_checkpoint() -> int:
+    """Micro steps the uninterrupted run took up to the checkpoint (the loop's own rule: a step
+    after every GAS micro-batches and after an epoch's last one)."""
+    per_epoch = -(-SAMPLES // GLOBAL_BATCH)
+    micro, steps = 0, 0
+    while steps < SAVE_AT:
+        step = micro % per_epoch
+        micro += 1
+        if (step + 1) % GAS == 0 or step == per_epoch - 1:
+            steps += 1
+    return micro
+
+
 def make_objects(processes: int) -> tuple[Net, torch.optim.Optimizer, Any, DataLoader[Any]]:
     torch.manual_seed(0)
     model = Net()

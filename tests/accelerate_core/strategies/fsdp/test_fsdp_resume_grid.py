@@ -20,9 +20,8 @@ from torch.testing import assert_close
 from accelerate_core.imports import is_deepspeed_available
 from tests.accelerate_core.scripts.checkpoint_task import (
     GAS,
-    GLOBAL_BATCH,
-    SAMPLES,
     SAVE_AT,
+    micro_steps_before_checkpoint,
     prepare,
     user_loop,
 )
@@ -86,19 +85,9 @@ def grid(shared_launch_out: Path) -> dict[str, dict[str, Any]]:
     return records
 
 
-def _micro_steps_before_checkpoint() -> int:
-    per_epoch = -(-SAMPLES // GLOBAL_BATCH)
-    micro, steps = 0, 0
-    while steps < SAVE_AT:
-        step = micro % per_epoch
-        micro += 1
-        if (step + 1) % GAS == 0 or step == per_epoch - 1:
-            steps += 1
-    return micro
-
 
 def _continues(resumed: dict[str, Any], full: dict[str, Any]) -> None:
-    tail = len(full["losses"]) - _micro_steps_before_checkpoint()
+    tail = len(full["losses"]) - micro_steps_before_checkpoint()
     assert len(resumed["losses"]) == tail  # resumed mid-epoch, at the next batch
     assert_close(torch.tensor(resumed["losses"]), torch.tensor(full["losses"][-tail:]))
     assert_close(torch.tensor(resumed["lrs"]), torch.tensor(full["lrs"][SAVE_AT:]))
