@@ -14,6 +14,7 @@ plain atol (a master weight is an fp32 number), rtol 0. Two kinds of task get no
 
 from __future__ import annotations
 
+import json
 import math
 import platform
 from collections.abc import Iterable
@@ -94,12 +95,15 @@ def weight_tolerances(needs: Iterable[Need], table: ToleranceTable, safety: floa
 
 
 def write_weight_tolerances(path: Path, written: Written, safety: float) -> None:
+    def text(value: str) -> str:  # a TOML basic string (JSON's escapes are TOML's)
+        return json.dumps(value)
+
     lines = [HEADER, f"safety_factor = {safety:g}",
-             f'measured_on = "{_machine()}, torch {torch.__version__}"', ""]
+             f"measured_on = {text(f'{_machine()}, torch {torch.__version__}')}", ""]
     for entry in written.entries:
         lines += [f"[{entry.precision}.{entry.task}]", f"rtol = {entry.rtol:g}", f"atol = {entry.atol:.2g}",
-                  f"need = {entry.need:.3g}", f'variant = "{entry.variant}"', f'where = "{entry.where}"',
-                  f'reason = "{entry.reason}"', ""]
+                  f"need = {entry.need:.3g}", f"variant = {text(entry.variant)}",
+                  f"where = {text(entry.where)}", f"reason = {text(entry.reason)}", ""]
     write_text_atomic(path, "\n".join(lines))
 
 
