@@ -17,8 +17,9 @@ from typing import Any
 from harness.golden.global_rng import GLOBAL_RNG_LOCK
 from harness.judge.evidence_check import evidence_mismatch
 from harness.judge.outcome import CellResult, Comparison, Failure, Status
-from harness.plan.cell import Cell
+from harness.plan.cell import Cell, ResumeCell
 from harness.plan.matrix import Expected, Matrix
+from harness.plan.tolerances import FAMILIES
 
 RANDOMNESS = (
     "draws random numbers during training (dropout?): per-process streams diverge from a "
@@ -63,7 +64,7 @@ def judge_record(
     try:
         record = Record.load(record_stem)
         golden = load_golden(golden_task_of(cell.task), cell.precision, matrix.golden_dir)
-        tolerance = matrix.tolerance_for(cell.precision, cell.strategy, golden.task)
+        tolerance = matrix.tolerance_for(cell.precision, cell.strategy, weights_task(cell, golden.task))
     except Exception as exc:  # RecordError, GoldenError, a bad tolerance table: the cell is not judged
         return new_result(cell, Status.ERROR, f"{type(exc).__name__}: {exc}", **common)
     comparisons = list(compare_record(record, golden, tolerance, expected_output_dtype(cell)))
@@ -235,3 +236,12 @@ def matches_declared(result: CellResult, expected: Expected | None) -> bool:
     return (expected is not None and result.status.is_unexpected_failure
             and result.status != Status.XPASSED and not _differs_from_declared(result, expected))
 
+
+def weights_task(cell: Cell, golden_task: str) -> str | None:
+    """The task whose per-task weight tolerance the cell's final weights get (None: the family's
+    alone). A resumed cell's weights carry its source's noise too: a source outside the plain
+    family (ZeRO's half weights) is noise the plain variants behind those tolerances never measured."""
+    source = cell.source_cell if isinstance(cell, ResumeCell) else None
+    if source is not None and FAMILIES[source.strategy] != "plain":
+        return None
+    return golden_task
