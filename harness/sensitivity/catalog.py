@@ -12,7 +12,8 @@ the full catalog (`nox -s sensitivity`).
 
 Here: the backend and precision choice, DDP and data sharding. Apart: what a training step does
 with its gradients and the engine's config and state (training_step.py), checkpoints
-(checkpoints.py), FSDP (fsdp.py) and the small-effect entries (subtle.py).
+(checkpoints.py), FSDP (fsdp.py) and the small-effect entries (subtle.py; half_precision.py, the 16-bit copies
+standing in for fp32 master weights).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from harness.sensitivity.bug import Bug
 from harness.sensitivity.checkpoints import CHECKPOINT_BUGS
 from harness.sensitivity.fsdp import FSDP_BUGS
+from harness.sensitivity.half_precision import HALF_PRECISION_BUGS
 from harness.sensitivity.subtle import SUBTLE_BUGS
 from harness.sensitivity.training_step import STEP_BUGS
 
@@ -216,7 +218,8 @@ CORE_BUGS: tuple[Bug, ...] = (
     ),
 )
 
-CATALOG: tuple[Bug, ...] = CORE_BUGS + STEP_BUGS + CHECKPOINT_BUGS + FSDP_BUGS + SUBTLE_BUGS
+CATALOG: tuple[Bug, ...] = (CORE_BUGS + STEP_BUGS + CHECKPOINT_BUGS + FSDP_BUGS + SUBTLE_BUGS
+                             + HALF_PRECISION_BUGS)
 
 FAST: tuple[str, ...] = (
     "deepspeed_ignored_on_cpu",

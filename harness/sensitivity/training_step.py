@@ -113,6 +113,23 @@ STEP_BUGS: tuple[Bug, ...] = (
                  "gradients produced by scaler.scale(loss).backward() are scaled\")",
     ),
     Bug(
+        name="clip_norm_counts_a_parameter_twice",
+        area="clipping",
+        file="strategies/single_device.py",
+        search=("        return torch.nn.utils.clip_grad_norm_(list(parameters), max_norm, "
+                "norm_type=norm_type)"),
+        replace=("        params = list(parameters)\n"
+                 "        grads = [p.grad for p in params if p.grad is not None]\n"
+                 "        total = torch.nn.utils.get_total_norm(grads + grads[-1:], norm_type)\n"
+                 "        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)\n"
+                 "        return total"),
+        select="clip_norm-cpu1-single-fp32",
+        affects="clip_norm and (cpu1-single or cpu2-ddp)",
+        imitates="one parameter's gradient counted twice in the global norm, so clipped steps are clipped "
+                 "too hard (NVIDIA/Megatron-LM#7227: the duplicate of a tied output weight counted in the "
+                 "global gradient norm)",
+    ),
+    Bug(
         name="deepspeed_clip_ignored",
         area="clipping",
         file="strategies/deepspeed/strategy.py",
