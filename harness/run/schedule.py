@@ -2,7 +2,8 @@
 
 A cell whose task the harness cannot build is an error and one that cannot run here is skipped,
 both without a launch to pay for. The rest share a launch per shape (`launch_group_key`), with
-the cells declared to fail last in their group (a declared exception or crash ends its launch);
+the cells declared to fail last in their group, those declared to raise, crash or time out after
+those declared to diverge (each of the former ends its launch);
 resume cells go to harness.run.resume_launches (a source launch, then a destination one).
 """
 
@@ -59,10 +60,23 @@ def schedule(run: RunContext, cells: list[Cell], host: Host) -> Schedule:
             plan.resume_cells.append(cell)
             continue
         plan.groups.setdefault(launch_group_key(cell), []).append(cell)
-    declared = {c.id for c in cells if run.matrix.expected_outcome(c, run.options.env_name) is not None}
     for key, group in plan.groups.items():  # stable: the selection's order otherwise
-        plan.groups[key] = sorted(group, key=lambda c: c.id in declared)
+        plan.groups[key] = sorted(group, key=lambda c: _place_in_launch(run, c))
     return plan
+
+
+# A declared divergence ("failed") leaves its launch running; an exception, crash or timeout
+# ends it, and the cells after it need a new launch (seconds of start-up each).
+_ENDS_ITS_LAUNCH = ("exception", "crashed", "timeout")
+
+
+def _place_in_launch(run: RunContext, cell: Cell) -> int:
+    """0: expected to pass; 1: declared to diverge; 2: declared to end its launch. So the cells
+    declared to end a launch come last, and each costs a launch of its own at most."""
+    expected = run.matrix.expected_outcome(cell, run.options.env_name)
+    if expected is None:
+        return 0
+    return 2 if expected.status in _ENDS_ITS_LAUNCH else 1
 
 
 def _unknown_task(cell: Cell) -> str:
