@@ -65,5 +65,7 @@ def _uncovered(cell: Cell, golden_task: str) -> str:
     (the variants that split were not run for it), and the cell splits."""
     if cell.processes == 1:
         return ""
-    why = splits_change_the_math(get_task(golden_task).build_model())
+    # A synchronised task's BatchNorm is the two_ranks_sync_batchnorm variant's
+    synchronised = bool(getattr(get_task(cell.task), "sync_batchnorm", False))
+    why = splits_change_the_math(get_task(golden_task).build_model(), ignore_batchnorm=synchronised)
     return f"not covered: {why}" if why else ""

@@ -44,14 +44,20 @@ VARIANTS: tuple[Variant, ...] = (
             "FSDP2's MixedPrecisionPolicy: whole layers (the loss included) in fp16/bf16 without "
             "autocast, each micro-batch's gradients reduced in fp32 into fp32 masters; fsdp is in the "
             "plain family"),
+    Variant(Perturbation(splits=2, sync_batchnorm=True, name="two_ranks_sync_batchnorm"), ("plain", "zero"),
+            PRECISIONS,
+            "synchronised BatchNorm on two ranks (sync_batchnorm=True): each rank's rows through their own "
+            "matmuls, BatchNorm over the whole global batch (harness.golden.rank_rows); for tasks with "
+            "BatchNorm, whose cells on 2 processes synchronise it"),
 )
 
 
-def splits_change_the_math(model: nn.Module) -> str | None:
+def splits_change_the_math(model: nn.Module, ignore_batchnorm: bool = False) -> str | None:
     """Why a task's result depends on how a batch is split (then a split is not benign noise but
-    a difference the matrix declares: per-rank BatchNorm statistics, per-rank dropout draws)."""
+    a difference the matrix declares: per-rank BatchNorm statistics, per-rank dropout draws).
+    `ignore_batchnorm`: as if BatchNorm were synchronised (sync_batchnorm=True)."""
     for module in model.modules():
-        if isinstance(module, _BatchNorm):
+        if isinstance(module, _BatchNorm) and not ignore_batchnorm:
             return f"{type(module).__name__} normalizes over each rank's share of the batch"
         if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
             return f"{type(module).__name__} draws other random numbers on each rank"
@@ -59,7 +65,15 @@ def splits_change_the_math(model: nn.Module) -> str | None:
 
 
 def variants_for(precision: str, model: nn.Module) -> list[Variant]:
-    """The variants that describe benign noise for this task at this precision."""
+    """The variants that describe benign noise for this task at this precision: a split variant
+    only where splitting the batch changes no math, and the synchronised-BatchNorm one only where
+    BatchNorm is the one thing a split would change (then the cells that pass synchronise it)."""
     split_dependent = splits_change_the_math(model) is not None
+    sync_applies = has_batchnorm(model) and splits_change_the_math(model, ignore_batchnorm=True) is None
     return [v for v in VARIANTS if precision in v.precisions
-            and not (split_dependent and v.perturbation.splits > 1)]
+            and (v.perturbation.splits == 1
+                 or (sync_applies if v.perturbation.sync_batchnorm else not split_dependent))]
+
+
+def has_batchnorm(model: nn.Module) -> bool:
+    return any(isinstance(module, _BatchNorm) for module in model.modules())

@@ -1,15 +1,19 @@
-"""`python -m harness calibrate --write-weight-tolerances`: each task's own tolerance for the final
-weights of its half-precision plain-family cells, from its measured noise, written with the
-measurement beside it (the file matrix.toml's `[tolerances] weights_per_task` names; the format
-and how cells use it: harness.plan.weight_tolerances).
+"""`python -m harness calibrate --write-weight-tolerances`: each task's own tolerances for the final
+weights and the eval outputs of its half-precision plain-family cells, from its measured noise,
+written with the measurement beside them (the file matrix.toml's `[tolerances] weights_per_task`
+names; the format and how cells use it: harness.plan.weight_tolerances).
 
-atol = safety x the worst |weight - golden| of the plain family's variants, never below the fp32
-plain atol (a master weight is an fp32 number), rtol 0. Two kinds of task get no entry:
-- one whose math depends on how a batch is split (BatchNorm, dropout): the variants that split
-  do not apply to it, and the one left (this machine's kernels) rounds no half-precision value
-  differently here, so its noise on another CPU, where kernels round otherwise, is not measured;
-- one whose entry would not be tighter than its family's state_dict atol (the family's is then
-  the sharper tolerance).
+Weights: atol = safety x the worst |weight - golden| of the plain family's variants, rtol 0 (a
+master weight is an fp32 number). Eval outputs (half-precision values): atol = safety x the worst
+atol the variants need at the family's eval rtol, plus the precision's regeneration tolerance (a
+golden made on another CPU holds those half values rounded otherwise), at that rtol. Each atol
+at least the fp32 plain atol. An entry may be wider than its family's tolerance (the family's is
+then below the safety factor for that task, and the output says so). A task whose math depends
+on how a batch is split other than through BatchNorm (dropout: each rank draws its own masks) gets
+no entry: the variants that split do not apply to it, and the one left (this machine's kernels)
+rounds no half-precision value differently here, so its noise on another CPU is not measured
+(BatchNorm's is measured by two_ranks_sync_batchnorm: the multi-process cells that pass
+synchronise it).
 """
 
 from __future__ import annotations
@@ -17,27 +21,37 @@ from __future__ import annotations
 import json
 import math
 import platform
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import tomllib
 import torch
 
 from harness.atomic_files import write_text_atomic
 from harness.calibrate.noise import Need
 from harness.calibrate.variants import splits_change_the_math
+from harness.golden.regeneration import regeneration_tolerance
 from harness.plan.tolerances import ToleranceTable
-from harness.plan.weight_tolerances import HALF_PRECISIONS, WeightTolerance
+from harness.plan.weight_tolerances import (
+    EVAL,
+    HALF_PRECISIONS,
+    WeightTolerance,
+    parse_eval_tolerances,
+    parse_weight_tolerances,
+)
 from harness.tasks import get_task
 
 HEADER = """\
-# Per-task tolerances for the final weights of fp16/bf16 cells of the plain family
-# (single, ddp, fsdp), named by matrix.toml's [tolerances] weights_per_task and read by
-# harness/plan/weight_tolerances.py. Written by `python -m harness calibrate
-# --write-weight-tolerances`: do not edit by hand; rerun it after a task or its golden changes.
-# Each entry: atol = safety_factor x need (the worst |weight - golden| of the plain reference
-# under the plain family's benign variants, docs/calibration.md), at least the fp32 plain atol;
-# rtol 0. Tasks whose math depends on the batch split (BatchNorm, dropout) have no entry.
+# Per-task tolerances for fp16/bf16 cells of the plain family (single, ddp, fsdp): the final
+# weights ([<precision>.<task>]) and the gathered eval outputs ([eval.<precision>.<task>]), named
+# by matrix.toml's [tolerances] weights_per_task and read by harness/plan/weight_tolerances.py.
+# Written by `python -m harness calibrate --write-weight-tolerances`: do not edit by hand; rerun
+# it after a task or its golden changes (--keep-wider merges another machine's measurement).
+# Each entry: atol = safety_factor x need (the plain reference under the plain family's benign
+# variants, docs/calibration.md), at least the fp32 plain atol; weights rtol 0, eval outputs the
+# family's rtol. Tasks whose math depends on the batch split other than through BatchNorm
+# (dropout) have no entry.
 """
 
 
@@ -45,63 +59,136 @@ HEADER = """\
 class Written:
     entries: list[WeightTolerance]
     skipped: list[str]  # "<precision> <task>: why it has no entry"
+    measured_on: tuple[str, ...] = ()  # the machines; empty: this one
+    wider: tuple[str, ...] = ()  # entries wider than their family's atol, said so
 
 
 def worst_weight_needs(needs: Iterable[Need]) -> dict[tuple[str, str], Need]:
     """(precision, task) -> the plain-family half-precision state_dict need with the largest |diff|."""
+    return _worst(needs, "state_dict", lambda need: need.max_abs)
+
+
+def worst_eval_needs(needs: Iterable[Need]) -> dict[tuple[str, str], Need]:
+    """(precision, task) -> the plain-family half-precision eval need with the largest atol at the
+    family's eval rtol (eval outputs are half values: the rtol covers a flipped last bit)."""
+    return _worst(needs, EVAL, lambda need: need.atol)
+
+
+def _worst(needs: Iterable[Need], kind: str, size: Callable[[Need], float]) -> dict[tuple[str, str], Need]:
     worst: dict[tuple[str, str], Need] = {}
     for need in needs:
-        if need.family != "plain" or need.kind != "state_dict" or need.precision not in HALF_PRECISIONS:
+        if need.family != "plain" or need.kind != kind or need.precision not in HALF_PRECISIONS:
             continue
         key = (need.precision, need.task)
-        if key not in worst or need.max_abs > worst[key].max_abs:
+        if key not in worst or size(need) > size(worst[key]):
             worst[key] = need
     return worst
 
 
 def below_noise(needs: Iterable[Need], table: ToleranceTable) -> list[str]:
-    """The weight tolerances in force that this machine's benign noise already exceeds: their
+    """The per-task tolerances in force that this machine's benign noise already exceeds: their
     cells would fail on rounding alone here (calibrate exits 1, as for a family entry)."""
+    needs = list(needs)
     out = []
     for (precision, task), need in sorted(worst_weight_needs(needs).items()):
         entry = table.weights.get((precision, task))
         if entry is not None and need.max_abs > entry.atol:
             out.append(f"{precision} {task}: weights moved {need.max_abs:.3g} under {need.variant} "
                        f"({need.max_abs_where}), above the atol {entry.atol:g} in force")
+    for (precision, task), need in sorted(worst_eval_needs(needs).items()):
+        entry = table.eval_outputs.get((precision, task))
+        if entry is not None and need.atol > entry.atol:
+            out.append(f"{precision} {task}: eval outputs needed atol {need.atol:.3g} at rtol {need.rtol:g} "
+                       f"under {need.variant} ({need.where}), above the atol {entry.atol:g} in force")
     return out
 
 
 def weight_tolerances(needs: Iterable[Need], table: ToleranceTable, safety: float) -> Written:
-    worst = worst_weight_needs(needs)
+    """Per half precision and task: the final weights' entry (atol = safety x the worst |weight -
+    golden|, rtol 0) and the eval outputs' entry (atol = safety x the worst atol need at the
+    family's eval rtol + the precision's regeneration tolerance, that rtol), each at least the fp32
+    plain atol. An entry may be wider than its family's tolerance: that says the family's is below
+    the safety factor for this task."""
+    needs = list(needs)
     floor = table.entries[("fp32", "plain")].atol
-    entries, skipped = [], []
-    for (precision, task), need in sorted(worst.items()):
-        atol = _two_digits_up(max(safety * need.max_abs, floor))
-        family_atol = table.entries[(precision, "plain")].for_quantity("state_dict").atol
-        split = splits_change_the_math(get_task(task).build_model())
-        if split:
-            skipped.append(f"{precision} {task}: its math depends on the batch split ({split}); no "
-                           "variant measured its half-precision noise")
+    entries, skipped, wider = [], [], []
+    kinds: list[tuple[str, dict[tuple[str, str], Need], Callable[[Need], tuple[float, str]]]] = [
+        ("state_dict", worst_weight_needs(needs), lambda n: (n.max_abs, n.max_abs_where)),
+        (EVAL, worst_eval_needs(needs), lambda n: (n.atol, n.where))]
+    for kind, worst, size in kinds:
+        for (precision, task), need in sorted(worst.items()):
+            # BatchNorm alone is measured by two_ranks_sync_batchnorm (its passing multi-process cells
+            # synchronise it); any other split dependence (dropout draws) by no variant that splits.
+            split = splits_change_the_math(get_task(task).build_model(), ignore_batchnorm=True)
+            if split:
+                skipped.append(f"{precision} {task}: its math depends on the batch split ({split}); no "
+                               f"variant measured its half-precision noise ({_WHAT[kind]})")
+                continue
+            value, where = size(need)
+            family = table.entries[(precision, "plain")].for_quantity(kind)
+            rtol = 0.0 if kind == "state_dict" else family.rtol
+            entry = _entry_for(kind, precision, task, value, need.variant, where, rtol, safety, floor)
+            if entry.atol > family.atol:
+                wider.append(f"{precision} {task} {_WHAT[kind]}: {entry.atol:.2g} where the family's atol is "
+                             f"{family.atol:g} ({entry.reason})")
+            entries.append(entry)
+    return Written(entries, skipped, wider=tuple(wider))
+
+
+def _entry_for(kind: str, precision: str, task: str, need: float, variant: str, where: str, rtol: float,
+               safety: float, floor: float) -> WeightTolerance:
+    # An eval output is a half value that a golden made on another CPU holds rounded otherwise: a
+    # cell must pass against any golden within the regeneration tolerance, so that bound is added
+    # (weights are fp32 masters: the fp32 floor covers how far their regeneration moves them).
+    moved = regeneration_tolerance(precision).atol if kind == EVAL else 0.0
+    atol = _two_digits_up(max(safety * need + moved, floor))
+    reason = (f"{safety:g} x {_NEED[kind]} of the plain variants, {need:.3g} ({variant}, {where})"
+              + (f", + {moved:g}, how far a golden regenerated on another CPU may move "
+                 "(matrix/golden/regeneration.toml)" if moved else ""))
+    return WeightTolerance(precision, task, rtol, atol, need, variant, where, reason, kind)
+
+
+_WHAT = {"state_dict": "final weights", EVAL: "eval outputs"}
+_NEED = {"state_dict": "the worst |weight - golden|", EVAL: "the worst eval atol need at the family's rtol"}
+
+
+def keep_wider_entries(written: Written, path: Path, safety: float, floor: float) -> Written:
+    """`written` (this machine's) merged with the file at `path`: per kind, precision and task, the
+    entry whose need is the larger, its atol recomputed at `safety`; the machines of both listed.
+    An entry only the file has (a task this machine gave none) is kept; one this machine skipped
+    (split-dependent) stays skipped. `floor`: the fp32 plain atol."""
+    earlier_file = tomllib.loads(path.read_text(encoding="utf-8"))
+    matrix_file = path.parent / "matrix.toml"
+    earlier = [*parse_weight_tolerances(matrix_file, path.name).values(),
+               *parse_eval_tolerances(matrix_file, path.name).values()]
+    skipped = {(line.rsplit("(", 1)[-1].rstrip(")"), *line.split(":", 1)[0].split())
+               for line in written.skipped}  # (what, precision, task)
+    merged = {(e.kind, e.precision, e.task): e for e in written.entries}
+    for entry in earlier:
+        key = (entry.kind, entry.precision, entry.task)
+        if (_WHAT[entry.kind], entry.precision, entry.task) in skipped:
             continue
-        if atol >= family_atol:
-            skipped.append(f"{precision} {task}: {atol:.2g} would not be tighter than the family's "
-                           f"{family_atol:g}")
-            continue
-        reason = (f"{safety:g} x the worst |weight - golden| of the plain variants, {need.max_abs:.3g} "
-                  f"({need.variant}, {need.max_abs_where})")
-        entries.append(WeightTolerance(precision, task, 0.0, atol, need.max_abs, need.variant,
-                                       need.max_abs_where, reason))
-    return Written(entries, skipped)
+        mine = merged.get(key)
+        if mine is None or entry.need > mine.need:
+            merged[key] = _entry_for(entry.kind, entry.precision, entry.task, entry.need, entry.variant,
+                                     entry.where, entry.rtol, safety, floor)
+    machines = [m.strip() for m in str(earlier_file.get("measured_on", "")).split(";") if m.strip()]
+    here = _this_machine()
+    return Written(sorted(merged.values(), key=lambda e: (e.kind != "state_dict", e.precision, e.task)),
+                   written.skipped, tuple(dict.fromkeys([*machines, here])), written.wider)
 
 
 def write_weight_tolerances(path: Path, written: Written, safety: float) -> None:
     def text(value: str) -> str:  # a TOML basic string (JSON's escapes are TOML's)
         return json.dumps(value)
 
-    lines = [HEADER, f"safety_factor = {safety:g}",
-             f"measured_on = {text(f'{_machine()}, torch {torch.__version__}')}", ""]
-    for entry in written.entries:
-        lines += [f"[{entry.precision}.{entry.task}]", f"rtol = {entry.rtol:g}", f"atol = {entry.atol:.2g}",
+    machines = "; ".join(written.measured_on or (_this_machine(),))
+    lines = [HEADER, f"safety_factor = {safety:g}", f"measured_on = {text(machines)}", ""]
+    ordered = sorted(written.entries, key=lambda e: (e.kind != "state_dict", e.precision, e.task))
+    for entry in ordered:
+        section = f"{entry.precision}.{entry.task}"
+        section = f"{EVAL}.{section}" if entry.kind == EVAL else section
+        lines += [f"[{section}]", f"rtol = {entry.rtol:g}", f"atol = {entry.atol:.2g}",
                   f"need = {entry.need:.3g}", f"variant = {text(entry.variant)}",
                   f"where = {text(entry.where)}", f"reason = {text(entry.reason)}", ""]
     write_text_atomic(path, "\n".join(lines))
@@ -114,6 +201,10 @@ def _two_digits_up(value: float) -> float:
     exponent = math.floor(math.log10(value)) - 1
     digits = math.ceil(value / 10.0 ** exponent - 1e-9)
     return float(f"{digits}e{exponent}")  # parsed from decimal: 1e-05, never 9.999999999999999e-06
+
+
+def _this_machine() -> str:
+    return f"{_machine()}, torch {torch.__version__}"
 
 
 def _machine() -> str:

@@ -41,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "weights of its fp16/bf16 single/ddp/fsdp cells from the measured noise (default: "
                         "the file matrix.toml's [tolerances] weights_per_task names); needs every task and "
                         "precision")
+    parser.add_argument("--keep-wider", action="store_true",
+                        help="with --write-weight-tolerances: keep, per entry, the wider of this machine's "
+                        "measurement and the one already in the file (entries that hold on every CPU "
+                        "measured)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="also write every figure here")
     parser.add_argument("--matrix", type=Path, default=None, help="matrix file (default matrix/matrix.toml)")
@@ -74,7 +78,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                   "entries and would lose the others. Valid: every task and precision. Fix: drop --task and "
                   "--precision")
             return EXIT_USAGE
-        _write_weights(args.write_weight_tolerances, load_matrix(args.matrix, weights_per_task=False), safety)
+        _write_weights(args.write_weight_tolerances, load_matrix(args.matrix, weights_per_task=False), safety,
+                       keep_wider=args.keep_wider)
+    elif args.keep_wider:
+        print("error: --keep-wider without --write-weight-tolerances: it says how to write the file. "
+              "Valid: with --write-weight-tolerances. Fix: add --write-weight-tolerances")
+        return EXIT_USAGE
     matrix = load_matrix(args.matrix) if args.matrix else load_matrix()
     owned = sorted({task for task, _ in owned_golden_pairs()})
     unknown = sorted(set(args.task or ()) - set(owned))
@@ -116,9 +125,9 @@ def _exact_tier(report_dir: Path, json_path: Path | None) -> int:
     return EXIT_OK
 
 
-def _write_weights(target: Path, matrix: Matrix, safety: float) -> None:
+def _write_weights(target: Path, matrix: Matrix, safety: float, keep_wider: bool = False) -> None:
     from harness.calibrate.noise import measure
-    from harness.calibrate.weights_file import weight_tolerances, write_weight_tolerances
+    from harness.calibrate.weights_file import keep_wider_entries, weight_tolerances, write_weight_tolerances
     from harness.golden.golden_store import owned_golden_pairs
     from harness.plan.tolerances import WEIGHTS_PER_TASK
     from harness.plan.weight_tolerances import HALF_PRECISIONS
@@ -130,7 +139,14 @@ def _write_weights(target: Path, matrix: Matrix, safety: float) -> None:
         named = matrix.raw.get("tolerances", {}).get(WEIGHTS_PER_TASK, "weight_tolerances.toml")
         target = matrix.path.parent / str(named)
     written = weight_tolerances(needs, matrix.tolerances, safety)
+    if keep_wider and target.is_file():
+        floor = matrix.tolerances.entries[("fp32", "plain")].atol
+        written = keep_wider_entries(written, target, safety, floor)
     write_weight_tolerances(target, written, safety)
-    print(f"weight tolerances: {len(written.entries)} entries written to {target}")
+    weights = sum(e.kind == "state_dict" for e in written.entries)
+    print(f"per-task tolerances: {weights} weight and {len(written.entries) - weights} eval-output entries "
+          f"written to {target}")
     for line in written.skipped:
         print(f"  no entry: {line}")
+    for line in written.wider:
+        print(f"  wider than its family: {line}")

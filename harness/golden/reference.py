@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from harness.golden.global_rng import GLOBAL_RNG_LOCK
 from harness.golden.half_weights import HalfWeights
+from harness.golden.rank_rows import linear_rows_per_rank
 from harness.plan.cell import PRECISIONS
 from harness.record.record_format import Fingerprint, Record
 from harness.tasks.base import DictDataset, Task
@@ -66,6 +67,9 @@ class Perturbation:
     scale is a bug of known size, for detection thresholds (harness.calibrate)."""
 
     splits: int = 1  # each global batch as this many equal micro-batches, gradients averaged (ranks)
+    # With splits: the batch whole through the model, each Linear computing each rank's rows apart,
+    # so BatchNorm normalises over the global batch as SyncBatchNorm does (harness.golden.rank_rows)
+    sync_batchnorm: bool = False
     threads: int = 1  # intra-op threads: reductions may sum in another order
     # fp16/bf16: the model itself in half with fp32 masters, as "deepspeed" or "fsdp" does it
     # (harness.golden.half_weights); "" = autocast over fp32 weights, as the golden
@@ -120,14 +124,15 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
         for step, batch in enumerate(train):
             boundary = task.is_accumulation_boundary(step)
             step_losses = []
-            for chunk in _chunks(batch, perturbation.splits):
+            for chunk in _chunks(batch, 1 if perturbation.sync_batchnorm else perturbation.splits):
                 inputs_now = _to(chunk, device) if half is None else half.cast_inputs(_to(chunk, device))
-                with _autocast(device, precision if half is None or half.autocast else "fp32"):
+                with (_autocast(device, precision if half is None or half.autocast else "fp32",
+                                cache=not perturbation.sync_batchnorm), _ranks_rows(net, perturbation)):
                     output = net(**inputs_now)
                 step_losses.append(output.loss.item())
                 loss = output.loss / task.gradient_accumulation_steps if half is None else (
                     output.loss.float() / task.gradient_accumulation_steps)
-                if perturbation.splits > 1:
+                if perturbation.splits > 1 and not perturbation.sync_batchnorm:
                     loss = loss / perturbation.splits  # the mean over ranks of each rank's gradient
                 if boundary and task.injects_overflow(precision, opt_step):
                     loss = loss * float("inf")  # every gradient becomes inf/nan: the step must be skipped
@@ -207,10 +212,20 @@ def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch
     return {k: v.to(device) for k, v in batch.items()}
 
 
-def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[object]:
+def _autocast(device: torch.device, precision: str,
+              cache: bool = True) -> contextlib.AbstractContextManager[object]:
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=_AUTOCAST_DTYPES[precision])
+    if cache:  # torch's default, as the golden always ran
+        return torch.autocast(device.type, dtype=_AUTOCAST_DTYPES[precision])
+    return torch.autocast(device.type, dtype=_AUTOCAST_DTYPES[precision], cache_enabled=False)
+
+
+def _ranks_rows(model: torch.nn.Module,
+                perturbation: Perturbation) -> contextlib.AbstractContextManager[None]:
+    if not (perturbation.sync_batchnorm and perturbation.splits > 1):
+        return contextlib.nullcontext()
+    return linear_rows_per_rank(model, perturbation.splits)
 
 
 def _chunks(batch: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.Tensor]]:

@@ -7,10 +7,10 @@ An entry may hold sharper tolerances for one kind of quantity, as sub-tables
 losses of a half-precision run, for one, stay far closer to the golden than its eval logits, and
 the entry's tolerance, sized for the logits, would let a loss bug through.
 
-`[tolerances] weights_per_task` names a file of per-task tolerances for the final weights of
-half-precision cells of the plain family (harness.plan.weight_tolerances, written by
-`python -m harness calibrate --write-weight-tolerances`); `for_cell` applies them to the cells of
-the tasks they name.
+`[tolerances] weights_per_task` names a file of per-task tolerances for the final weights and the
+eval outputs of half-precision cells of the plain family (harness.plan.weight_tolerances, written
+by `python -m harness calibrate --write-weight-tolerances`); `for_cell` applies them to the cells
+of the tasks they name.
 
 Parsed and validated once, with the rest of the matrix (harness.plan.matrix): a run judges every
 cell with the tolerances of the matrix it was given, never with another file's.
@@ -26,7 +26,7 @@ from typing import Any
 from harness.errors import ToleranceError, explain
 from harness.plan.cell import PRECISIONS, STRATEGIES
 from harness.plan.tolerance_entry import read_entry
-from harness.plan.weight_tolerances import WeightTolerance, parse_weight_tolerances
+from harness.plan.weight_tolerances import WeightTolerance, parse_eval_tolerances, parse_weight_tolerances
 
 # fsdp is "plain" by measurement (benchmarks/fsdp_distance.py, docs/fsdp.md "FSDP in the matrix"):
 # every fsdp cell that trains stays inside the plain tolerances, worst 4% in fp32, 49% in fp16
@@ -68,6 +68,8 @@ class ToleranceTable:
     entries: dict[tuple[str, str], Tolerance]
     # (precision, golden task) -> its final weights' tolerance in the plain family (WEIGHTS_PER_TASK)
     weights: dict[tuple[str, str], WeightTolerance] = field(default_factory=dict)
+    # (precision, golden task) -> its eval outputs' tolerance in the plain family (the same file)
+    eval_outputs: dict[tuple[str, str], WeightTolerance] = field(default_factory=dict)
 
     def for_cell(self, precision: str, strategy: str, task: str | None = None) -> Tolerance:
         """The family's tolerance, with `task`'s own weight tolerance where it has one (`task`:
@@ -75,14 +77,17 @@ class ToleranceTable:
         return self.with_task(self.for_strategy(precision, strategy), task)
 
     def with_task(self, family_tolerance: Tolerance, task: str | None) -> Tolerance:
-        """`family_tolerance` (an entry of this table) with `task`'s weight tolerance, if it has one
-        in that family."""
-        weights = self.weights.get((family_tolerance.precision, task or ""))
-        if family_tolerance.family != "plain" or weights is None:
+        """`family_tolerance` (an entry of this table) with `task`'s own weight and eval-output
+        tolerances, where it has them in that family."""
+        if family_tolerance.family != "plain":
             return family_tolerance
-        state_dict = Tolerance(weights.precision, f"plain.state_dict.{task}", weights.rtol, weights.atol,
-                               weights.reason)
-        return replace(family_tolerance, quantities={**family_tolerance.quantities, "state_dict": state_dict})
+        key = (family_tolerance.precision, task or "")
+        found = (("state_dict", self.weights.get(key)), ("eval", self.eval_outputs.get(key)))
+        own = {kind: Tolerance(entry.precision, f"plain.{kind}.{task}", entry.rtol, entry.atol, entry.reason)
+               for kind, entry in found if entry is not None}
+        if not own:
+            return family_tolerance
+        return replace(family_tolerance, quantities={**family_tolerance.quantities, **own})
 
     def for_strategy(self, precision: str, strategy: str) -> Tolerance:
         if strategy not in FAMILIES:
@@ -106,6 +111,7 @@ def parse_tolerances(source: Path, table: Any, weights_per_task: bool = True) ->
     entries: dict[tuple[str, str], Tolerance] = {}
     named = weights_per_task and WEIGHTS_PER_TASK in table
     weights = parse_weight_tolerances(source, table[WEIGHTS_PER_TASK]) if named else {}
+    eval_outputs = parse_eval_tolerances(source, table[WEIGHTS_PER_TASK]) if named else {}
     for precision, families in table.items():
         if precision == WEIGHTS_PER_TASK:
             continue
@@ -120,7 +126,7 @@ def parse_tolerances(source: Path, table: Any, weights_per_task: bool = True) ->
             rtol, atol, reason = read_entry(entry, where, [f"{precision}.{family}"], ToleranceError)
             quantities = _quantity_entries(entry, where, precision, family)
             entries[(precision, family)] = Tolerance(precision, family, rtol, atol, reason, quantities)
-    return ToleranceTable(source, entries, weights)
+    return ToleranceTable(source, entries, weights, eval_outputs)
 
 
 def _quantity_entries(entry: dict[str, Any], where: str, precision: str, family: str) -> dict[str, Tolerance]:

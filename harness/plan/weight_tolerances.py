@@ -33,20 +33,42 @@ WRITE = "python -m harness calibrate --write-weight-tolerances"
 FIELDS = ("rtol", "atol", "need", "variant", "where", "reason")
 
 
+EVAL = "eval"  # the file's table of eval-output entries: [eval.<precision>.<task>]
+
+
 @dataclass(frozen=True)
 class WeightTolerance:
+    """One task's own tolerance for one kind of quantity of its half-precision plain cells: the
+    final weights ("state_dict", rtol 0) or the gathered eval outputs ("eval", the family's rtol)."""
+
     precision: str
     task: str  # the golden's task
     rtol: float
     atol: float
-    need: float  # the worst |weight - golden| of the benign variants
+    need: float  # the worst distance of the benign variants: |weight - golden|, or eval's atol need
     variant: str  # the variant that reached it
-    where: str  # the weight it was reached on
+    where: str  # the quantity it was reached on
     reason: str
+    kind: str = "state_dict"  # or EVAL
 
 
 def parse_weight_tolerances(matrix_file: Path, name: Any) -> dict[tuple[str, str], WeightTolerance]:
-    """The entries of the file `[tolerances] weights_per_task` names, keyed (precision, task)."""
+    """The weight entries of the file `[tolerances] weights_per_task` names, keyed (precision, task)."""
+    path, table = _load(matrix_file, name)
+    return _entries(path, {k: v for k, v in table.items() if k != EVAL}, "state_dict")
+
+
+def parse_eval_tolerances(matrix_file: Path, name: Any) -> dict[tuple[str, str], WeightTolerance]:
+    """The eval-output entries of that file ([eval.<precision>.<task>]), keyed (precision, task)."""
+    path, table = _load(matrix_file, name)
+    section = table.get(EVAL, {})
+    if not isinstance(section, dict):
+        raise ToleranceError(explain(f"{EVAL} in {path}", "not a table", "[eval.<precision>.<task>] sections",
+                                     f"rewrite the file with `{WRITE}`"))
+    return _entries(path, section, EVAL)
+
+
+def _load(matrix_file: Path, name: Any) -> tuple[Path, dict[str, Any]]:
     where = f"[tolerances] weights_per_task in {matrix_file}"
     if not isinstance(name, str) or not name:
         raise ToleranceError(explain(where, f"{name!r} is not a file name", "a TOML file beside matrix.toml",
@@ -61,20 +83,26 @@ def parse_weight_tolerances(matrix_file: Path, name: Any) -> dict[tuple[str, str
     except tomllib.TOMLDecodeError as exc:
         raise ToleranceError(explain(str(path), f"not valid TOML ({exc})", "a TOML file",
                                      f"rewrite it with `{WRITE}`")) from None
+    return path, table
+
+
+def _entries(path: Path, table: dict[str, Any], kind: str) -> dict[tuple[str, str], WeightTolerance]:
+    prefix = f"{EVAL}." if kind == EVAL else ""
     entries: dict[tuple[str, str], WeightTolerance] = {}
     for precision, tasks in table.items():
         if not isinstance(tasks, dict):
             continue  # the file's own header values (safety_factor, measured_on)
         if precision not in HALF_PRECISIONS:
-            raise ToleranceError(explain(f"[{precision}] in {path}", "not a half precision", HALF_PRECISIONS,
-                                         "fp32 weights keep [tolerances.fp32.plain]; remove the section"))
+            raise ToleranceError(explain(f"[{prefix}{precision}] in {path}", "not a half precision",
+                                         HALF_PRECISIONS,
+                                         "fp32 cells keep [tolerances.fp32.plain]; remove the section"))
         for task, body in tasks.items():
-            entries[(precision, task)] = _entry(path, precision, task, body)
+            entries[(precision, task)] = _entry(path, precision, task, body, kind)
     return entries
 
 
-def _entry(path: Path, precision: str, task: str, body: Any) -> WeightTolerance:
-    where = f"[{precision}.{task}] in {path}"
+def _entry(path: Path, precision: str, task: str, body: Any, kind: str) -> WeightTolerance:
+    where = f"[{f'{EVAL}.' if kind == EVAL else ''}{precision}.{task}] in {path}"
     if not isinstance(body, dict) or sorted(body) != sorted(FIELDS):
         got = sorted(body) if isinstance(body, dict) else type(body).__name__
         raise ToleranceError(explain(where, f"its keys are {got}", list(FIELDS),
@@ -89,4 +117,4 @@ def _entry(path: Path, precision: str, task: str, body: Any) -> WeightTolerance:
                                      "numbers >= 0 with atol >= need (the tolerance covers its noise)",
                                      "fix the entry"))
     return WeightTolerance(precision, task, rtol, atol, need, str(body["variant"]), str(body["where"]),
-                           str(body["reason"]))
+                           str(body["reason"]), kind)

@@ -9,9 +9,15 @@ from pathlib import Path
 import pytest
 
 from harness.calibrate.noise import Need
-from harness.calibrate.weights_file import below_noise, weight_tolerances, write_weight_tolerances
+from harness.calibrate.weights_file import (
+    below_noise,
+    keep_wider_entries,
+    weight_tolerances,
+    write_weight_tolerances,
+)
 from harness.golden.golden_store import load_golden
 from harness.golden.reference import Perturbation, train_reference
+from harness.golden.regeneration import regeneration_tolerance
 from harness.judge.compare import compare_record
 from harness.plan.matrix import load_matrix
 from harness.plan.tolerances import parse_tolerances
@@ -27,15 +33,54 @@ def _need(task: str, max_abs: float, precision: str = "bf16", family: str = "pla
 def test_the_atol_is_the_safety_factor_times_the_noise_rounded_up_and_never_below_fp32s() -> None:
     table = load_matrix(weights_per_task=False).tolerances
     needs = [_need("sgd_accum", 1.19e-4), _need("sgd_accum", 3e-5), _need("regression", 1e-7),
-             _need("lm", 1.0), _need("batchnorm", 1e-6), _need("sgd_accum", 9.0, family="zero"),
-             _need("sgd_accum", 9.0, precision="fp32"), _need("sgd_accum", 9.0, kind="eval")]
+             _need("lm", 1.0), _need("dropout", 1e-6), _need("batchnorm", 3e-3),
+             _need("sgd_accum", 9.0, family="zero"), _need("sgd_accum", 9.0, precision="fp32"),
+             _need("sgd_accum", 9.0, kind="eval")]
     written = weight_tolerances(needs, table, safety=2.0)
-    by_task = {e.task: e for e in written.entries}
+    by_task = {e.task: e for e in written.entries if e.kind == "state_dict"}
     assert by_task["sgd_accum"].atol == pytest.approx(2.4e-4) and by_task["sgd_accum"].need == 1.19e-4
     assert by_task["regression"].atol == table.entries[("fp32", "plain")].atol  # the fp32 floor
-    assert set(by_task) == {"sgd_accum", "regression"}
-    assert any(line.startswith("bf16 lm") and "not be tighter" in line for line in written.skipped)
-    assert any(line.startswith("bf16 batchnorm") and "split" in line for line in written.skipped)
+    # BatchNorm's noise is measured (two_ranks_sync_batchnorm); dropout's split is not
+    assert set(by_task) == {"sgd_accum", "regression", "batchnorm", "lm"}
+    # lm's noise (1.0) puts its entry above the family's atol: written, and said so
+    assert by_task["lm"].atol == 2.0
+    assert any(line.startswith("bf16 lm final weights") for line in written.wider)
+    assert any(line.startswith("bf16 dropout") and "split" in line for line in written.skipped)
+    assert [e.task for e in written.entries if e.kind == "eval"] == ["sgd_accum"]  # from the eval need
+
+
+def test_an_eval_entry_is_twice_the_noise_plus_how_far_a_regenerated_golden_may_move() -> None:
+    table = load_matrix(weights_per_task=False).tolerances
+    moved = regeneration_tolerance("fp16").atol
+    quiet = Need("fp16", "plain", "eval", "two_ranks", "sgd_accum", 2.4e-4, 1e-3, 0.0, "eval/logits")
+    noisy = Need("fp16", "plain", "eval", "two_ranks", "lm", 9e-3, 1e-3, 0.0, "eval/logits")
+    written = weight_tolerances([quiet, noisy, _need("sgd_accum", 1e-4)], table, 2.0)
+    evals = {e.task: e for e in written.entries if e.kind == "eval"}
+    assert evals["sgd_accum"].atol == pytest.approx(2 * 2.4e-4 + moved, rel=0.02)
+    assert evals["sgd_accum"].rtol == table.entries[("fp16", "plain")].for_quantity("eval").rtol
+    assert evals["lm"].atol > table.entries[("fp16", "plain")].for_quantity("eval").atol  # wider: said so
+    assert any(line.startswith("fp16 lm eval outputs") for line in written.wider)
+    assert [e.kind for e in written.entries if e.task == "sgd_accum"] == ["state_dict", "eval"]
+
+
+def test_keep_wider_keeps_each_entrys_larger_need_and_lists_both_machines(tmp_path: Path) -> None:
+    table = load_matrix(weights_per_task=False).tolerances
+    floor = table.entries[("fp32", "plain")].atol
+    earlier = weight_tolerances([_need("sgd_accum", 3e-4), _need("shuffle", 1e-4)], table, 2.0)
+    write_weight_tolerances(tmp_path / "w.toml", earlier, 2.0)
+    (tmp_path / "w.toml").write_text((tmp_path / "w.toml").read_text().replace(
+        "measured_on = ", 'measured_on = "Another CPU, x86_64, torch 2.13.0+cpu"\n# was: ', 1))
+    here = weight_tolerances([_need("sgd_accum", 1e-4), _need("shuffle", 2e-4), _need("regression", 5e-5),
+                              _need("dropout", 1.0)], table, 2.0)
+    merged = keep_wider_entries(here, tmp_path / "w.toml", 2.0, floor)
+    by_task = {e.task: e for e in merged.entries}
+    assert (by_task["sgd_accum"].need, by_task["sgd_accum"].atol) == (3e-4, pytest.approx(6e-4))  # the file's
+    assert (by_task["shuffle"].need, by_task["shuffle"].atol) == (2e-4, pytest.approx(4e-4))  # this machine's
+    assert by_task["regression"].need == 5e-5  # only measured here
+    assert merged.measured_on[0] == "Another CPU, x86_64, torch 2.13.0+cpu" and len(merged.measured_on) == 2
+    write_weight_tolerances(tmp_path / "merged.toml", merged, 2.0)
+    read = parse_tolerances(tmp_path / "matrix.toml", {"weights_per_task": "merged.toml"}).weights
+    assert read == {(e.precision, e.task): e for e in merged.entries}
 
 
 def test_the_written_file_reads_back_as_written(tmp_path: Path) -> None:
