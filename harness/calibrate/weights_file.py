@@ -22,7 +22,7 @@ import json
 import math
 import platform
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import tomllib
@@ -61,6 +61,7 @@ class Written:
     skipped: list[str]  # "<precision> <task>: why it has no entry"
     measured_on: tuple[str, ...] = ()  # the machines; empty: this one
     wider: tuple[str, ...] = ()  # entries wider than their family's atol, said so
+    skipped_keys: frozenset[tuple[str, str, str]] = frozenset()  # (kind, precision, task)
 
 
 def worst_weight_needs(needs: Iterable[Need]) -> dict[tuple[str, str], Need]:
@@ -112,6 +113,7 @@ def weight_tolerances(needs: Iterable[Need], table: ToleranceTable, safety: floa
     needs = list(needs)
     floor = table.entries[("fp32", "plain")].atol
     entries, skipped, wider = [], [], []
+    skipped_keys: set[tuple[str, str, str]] = set()
     kinds: list[tuple[str, dict[tuple[str, str], Need], Callable[[Need], tuple[float, str]]]] = [
         ("state_dict", worst_weight_needs(needs), lambda n: (n.max_abs, n.max_abs_where)),
         (EVAL, worst_eval_needs(needs), lambda n: (n.atol, n.where))]
@@ -121,6 +123,7 @@ def weight_tolerances(needs: Iterable[Need], table: ToleranceTable, safety: floa
             # synchronise it); any other split dependence (dropout draws) by no variant that splits.
             split = splits_change_the_math(get_task(task).build_model(), ignore_batchnorm=True)
             if split:
+                skipped_keys.add((kind, precision, task))
                 skipped.append(f"{precision} {task}: its math depends on the batch split ({split}); no "
                                f"variant measured its half-precision noise ({_WHAT[kind]})")
                 continue
@@ -132,7 +135,7 @@ def weight_tolerances(needs: Iterable[Need], table: ToleranceTable, safety: floa
                 wider.append(f"{precision} {task} {_WHAT[kind]}: {entry.atol:.2g} where the family's atol is "
                              f"{family.atol:g} ({entry.reason})")
             entries.append(entry)
-    return Written(entries, skipped, wider=tuple(wider))
+    return Written(entries, skipped, wider=tuple(wider), skipped_keys=frozenset(skipped_keys))
 
 
 def _entry_for(kind: str, precision: str, task: str, need: float, variant: str, where: str, rtol: float,
@@ -161,12 +164,10 @@ def keep_wider_entries(written: Written, path: Path, safety: float, floor: float
     matrix_file = path.parent / "matrix.toml"
     earlier = [*parse_weight_tolerances(matrix_file, path.name).values(),
                *parse_eval_tolerances(matrix_file, path.name).values()]
-    skipped = {(line.rsplit("(", 1)[-1].rstrip(")"), *line.split(":", 1)[0].split())
-               for line in written.skipped}  # (what, precision, task)
     merged = {(e.kind, e.precision, e.task): e for e in written.entries}
     for entry in earlier:
         key = (entry.kind, entry.precision, entry.task)
-        if (_WHAT[entry.kind], entry.precision, entry.task) in skipped:
+        if key in written.skipped_keys:
             continue
         mine = merged.get(key)
         if mine is None or entry.need > mine.need:
@@ -174,8 +175,13 @@ def keep_wider_entries(written: Written, path: Path, safety: float, floor: float
                                      entry.where, entry.rtol, safety, floor)
     machines = [m.strip() for m in str(earlier_file.get("measured_on", "")).split(";") if m.strip()]
     here = _this_machine()
-    return Written(sorted(merged.values(), key=lambda e: (e.kind != "state_dict", e.precision, e.task)),
-                   written.skipped, tuple(dict.fromkeys([*machines, here])), written.wider)
+    return replace(written, entries=sorted(merged.values(), key=_file_order),
+                   measured_on=tuple(dict.fromkeys([*machines, here])))
+
+
+def _file_order(entry: WeightTolerance) -> tuple[bool, str, str]:
+    """The weight entries first, then the eval ones, each by precision and task."""
+    return entry.kind != "state_dict", entry.precision, entry.task
 
 
 def write_weight_tolerances(path: Path, written: Written, safety: float) -> None:
@@ -184,7 +190,7 @@ def write_weight_tolerances(path: Path, written: Written, safety: float) -> None
 
     machines = "; ".join(written.measured_on or (_this_machine(),))
     lines = [HEADER, f"safety_factor = {safety:g}", f"measured_on = {text(machines)}", ""]
-    ordered = sorted(written.entries, key=lambda e: (e.kind != "state_dict", e.precision, e.task))
+    ordered = sorted(written.entries, key=_file_order)
     for entry in ordered:
         section = f"{entry.precision}.{entry.task}"
         section = f"{EVAL}.{section}" if entry.kind == EVAL else section

@@ -77,6 +77,11 @@ class Perturbation:
     gradient_scale: float = 1.0  # every gradient times this before each optimizer step (a bug)
     name: str = field(default="golden", compare=False)
 
+    @property
+    def rows_per_rank(self) -> bool:
+        """The whole batch at once, each Linear splitting its rows by rank (sync_batchnorm)."""
+        return self.sync_batchnorm and self.splits > 1
+
 
 NO_PERTURBATION = Perturbation()
 
@@ -124,15 +129,15 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
         for step, batch in enumerate(train):
             boundary = task.is_accumulation_boundary(step)
             step_losses = []
-            for chunk in _chunks(batch, 1 if perturbation.sync_batchnorm else perturbation.splits):
+            for chunk in _chunks(batch, 1 if perturbation.rows_per_rank else perturbation.splits):
                 inputs_now = _to(chunk, device) if half is None else half.cast_inputs(_to(chunk, device))
                 with (_autocast(device, precision if half is None or half.autocast else "fp32",
-                                cache=not perturbation.sync_batchnorm), _ranks_rows(net, perturbation)):
+                                cache=not perturbation.rows_per_rank), _ranks_rows(net, perturbation)):
                     output = net(**inputs_now)
                 step_losses.append(output.loss.item())
                 loss = output.loss / task.gradient_accumulation_steps if half is None else (
                     output.loss.float() / task.gradient_accumulation_steps)
-                if perturbation.splits > 1 and not perturbation.sync_batchnorm:
+                if perturbation.splits > 1 and not perturbation.rows_per_rank:
                     loss = loss / perturbation.splits  # the mean over ranks of each rank's gradient
                 if boundary and task.injects_overflow(precision, opt_step):
                     loss = loss * float("inf")  # every gradient becomes inf/nan: the step must be skipped
@@ -223,7 +228,7 @@ def _autocast(device: torch.device, precision: str,
 
 def _ranks_rows(model: torch.nn.Module,
                 perturbation: Perturbation) -> contextlib.AbstractContextManager[None]:
-    if not (perturbation.sync_batchnorm and perturbation.splits > 1):
+    if not perturbation.rows_per_rank:
         return contextlib.nullcontext()
     return linear_rows_per_rank(model, perturbation.splits)
 

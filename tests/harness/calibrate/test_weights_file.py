@@ -4,6 +4,7 @@ tolerance from its measured noise, and what it buys: a 2% gradient error in a bf
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from harness.golden.regeneration import regeneration_tolerance
 from harness.judge.compare import compare_record
 from harness.plan.matrix import load_matrix
 from harness.plan.tolerances import parse_tolerances
+from harness.plan.weight_tolerances import WeightTolerance
 from harness.tasks import get_task
 
 
@@ -67,7 +69,8 @@ def test_keep_wider_keeps_each_entrys_larger_need_and_lists_both_machines(tmp_pa
     table = load_matrix(weights_per_task=False).tolerances
     floor = table.entries[("fp32", "plain")].atol
     earlier = weight_tolerances([_need("sgd_accum", 3e-4), _need("shuffle", 1e-4)], table, 2.0)
-    write_weight_tolerances(tmp_path / "w.toml", earlier, 2.0)
+    stale = WeightTolerance("bf16", "dropout", 0.0, 1e-3, 5e-4, "this_machine", "state_dict/w", "old")
+    write_weight_tolerances(tmp_path / "w.toml", replace(earlier, entries=[*earlier.entries, stale]), 2.0)
     (tmp_path / "w.toml").write_text((tmp_path / "w.toml").read_text().replace(
         "measured_on = ", 'measured_on = "Another CPU, x86_64, torch 2.13.0+cpu"\n# was: ', 1))
     here = weight_tolerances([_need("sgd_accum", 1e-4), _need("shuffle", 2e-4), _need("regression", 5e-5),
@@ -77,6 +80,7 @@ def test_keep_wider_keeps_each_entrys_larger_need_and_lists_both_machines(tmp_pa
     assert (by_task["sgd_accum"].need, by_task["sgd_accum"].atol) == (3e-4, pytest.approx(6e-4))  # the file's
     assert (by_task["shuffle"].need, by_task["shuffle"].atol) == (2e-4, pytest.approx(4e-4))  # this machine's
     assert by_task["regression"].need == 5e-5  # only measured here
+    assert "dropout" not in by_task  # skipped here (split-dependent): the file's entry is not kept
     assert merged.measured_on[0] == "Another CPU, x86_64, torch 2.13.0+cpu" and len(merged.measured_on) == 2
     write_weight_tolerances(tmp_path / "merged.toml", merged, 2.0)
     read = parse_tolerances(tmp_path / "matrix.toml", {"weights_per_task": "merged.toml"}).weights
