@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from harness.golden.half_weights import DEEPSPEED_STYLES
 from harness.golden.reference import Perturbation
 from harness.plan.cell import PRECISIONS
 
@@ -35,10 +36,13 @@ VARIANTS: tuple[Variant, ...] = (
             "half precision each half's matmuls rounded apart"),
     Variant(Perturbation(splits=2, threads=2, name="two_ranks_two_threads"), ("plain", "zero"), PRECISIONS,
             "as two_ranks, with two intra-op threads (threaded reductions sum in another order)"),
-    Variant(Perturbation(splits=2, half_weights="deepspeed", name="two_ranks_deepspeed_half"),
-            ("zero",), HALF,
-            "DeepSpeed's half precision: the model itself in fp16/bf16 under autocast, half gradients "
-            "accumulated in half, fp32 master weights stepped and rounded back "
+    Variant(Perturbation(splits=2, half_weights="zero1", name="two_ranks_zero1_half"), ("zero",), HALF,
+            "DeepSpeed ZeRO-1's half precision: the model itself in fp16/bf16 under autocast, fp32 masters "
+            "copied from the half weights, each rank's gradients accumulated in half, reduced in fp32 at "
+            "the boundary and rounded back to half (harness.golden.half_weights)"),
+    Variant(Perturbation(splits=2, half_weights="zero2", name="two_ranks_zero2_half"), ("zero",), HALF,
+            "DeepSpeed ZeRO-2/3's half precision: as two_ranks_zero1_half, but every micro-batch's gradients "
+            "reduced across ranks in fp32, rounded to half, and accumulated in half "
             "(harness.golden.half_weights)"),
     Variant(Perturbation(splits=2, half_weights="fsdp", name="two_ranks_fsdp_half"), ("plain",), HALF,
             "FSDP2's MixedPrecisionPolicy: whole layers (the loss included) in fp16/bf16 without "
@@ -50,6 +54,10 @@ VARIANTS: tuple[Variant, ...] = (
             "matmuls, BatchNorm over the whole global batch (harness.golden.rank_rows); for tasks with "
             "BatchNorm, whose cells on 2 processes synchronise it"),
 )
+
+# The variants that reproduce DeepSpeed's half precision (the zero family's per-task entries need
+# one of them: only they start from weights rounded to half, as ZeRO does).
+DEEPSPEED_HALF_VARIANTS = frozenset(v.name for v in VARIANTS if v.perturbation.half_weights in DEEPSPEED_STYLES)
 
 
 def splits_change_the_math(model: nn.Module, ignore_batchnorm: bool = False) -> str | None:

@@ -140,8 +140,9 @@ def _write_weights(target: Path, matrix: Matrix, safety: float, keep_wider: bool
         target = matrix.path.parent / str(named)
     written = weight_tolerances(needs, matrix.tolerances, safety)
     if keep_wider and target.is_file():
-        floor = matrix.tolerances.entries[("fp32", "plain")].atol
-        written = keep_wider_entries(written, target, safety, floor)
+        floors = {family: entry.atol for (precision, family), entry in matrix.tolerances.entries.items()
+                  if precision == "fp32"}
+        written = keep_wider_entries(written, target, safety, floors)
     write_weight_tolerances(target, written, safety)
     weights = sum(e.kind == "state_dict" for e in written.entries)
     print(f"per-task tolerances: {weights} weight and {len(written.entries) - weights} eval-output entries "

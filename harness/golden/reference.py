@@ -71,8 +71,9 @@ class Perturbation:
     # so BatchNorm normalises over the global batch as SyncBatchNorm does (harness.golden.rank_rows)
     sync_batchnorm: bool = False
     threads: int = 1  # intra-op threads: reductions may sum in another order
-    # fp16/bf16: the model itself in half with fp32 masters, as "deepspeed" or "fsdp" does it
-    # (harness.golden.half_weights); "" = autocast over fp32 weights, as the golden
+    # fp16/bf16: the model itself in half with fp32 masters, as ZeRO-1 ("zero1"), ZeRO-2/3
+    # ("zero2") or FSDP2 ("fsdp") does it (harness.golden.half_weights); "" = autocast over fp32
+    # weights, as the golden
     half_weights: str = ""
     gradient_scale: float = 1.0  # every gradient times this before each optimizer step (a bug)
     name: str = field(default="golden", compare=False)
@@ -110,7 +111,8 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
     model = task.build_model()
     model.load_state_dict(inputs.initial_state)
     model = model.to(device)
-    half = (HalfWeights(model, _AUTOCAST_DTYPES[precision], perturbation.half_weights)
+    parts = 1 if perturbation.rows_per_rank else perturbation.splits  # micro-batches a step's batch runs as
+    half = (HalfWeights(model, _AUTOCAST_DTYPES[precision], perturbation.half_weights, parts)
             if perturbation.half_weights and precision in _AUTOCAST_DTYPES else None)
     net = half.model if half is not None else model  # what computes; `model` is what steps
     optimizer = task.build_optimizer(model)
@@ -129,7 +131,7 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
         for step, batch in enumerate(train):
             boundary = task.is_accumulation_boundary(step)
             step_losses = []
-            for chunk in _chunks(batch, 1 if perturbation.rows_per_rank else perturbation.splits):
+            for chunk in _chunks(batch, parts):
                 inputs_now = _to(chunk, device) if half is None else half.cast_inputs(_to(chunk, device))
                 with (_autocast(device, precision if half is None or half.autocast else "fp32",
                                 cache=not perturbation.rows_per_rank), _ranks_rows(net, perturbation)):
@@ -142,14 +144,14 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
                 if boundary and task.injects_overflow(precision, opt_step):
                     loss = loss * float("inf")  # every gradient becomes inf/nan: the step must be skipped
                 (scaler.scale(loss) if scaler is not None else loss).backward()
-                if half is not None and half.accumulates_in_master:
-                    half.gradients_to_master()  # each micro-batch reduced in fp32 (FSDP2)
+                if half is not None:
+                    half.after_rank_backward()  # reduced and accumulated as the backend does
             # One process: its loss; split: the mean of the parts' losses, as reduce(mean) gives.
             losses.append(step_losses[0] if len(step_losses) == 1 else sum(step_losses) / len(step_losses))
             if not boundary:
                 continue
-            if half is not None and not half.accumulates_in_master:
-                half.gradients_to_master()
+            if half is not None:
+                half.at_boundary()
             if perturbation.gradient_scale != 1.0:
                 _scale_gradients(model, perturbation.gradient_scale)
             if task.max_grad_norm is not None:

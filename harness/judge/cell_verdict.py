@@ -238,10 +238,14 @@ def matches_declared(result: CellResult, expected: Expected | None) -> bool:
 
 
 def weights_task(cell: Cell, golden_task: str) -> str | None:
-    """The task whose per-task weight tolerance the cell's final weights get (None: the family's
-    alone). A resumed cell's weights carry its source's noise too: a source outside the plain
-    family (ZeRO's half weights) is noise the plain variants behind those tolerances never measured."""
-    source = cell.source_cell if isinstance(cell, ResumeCell) else None
-    if source is not None and FAMILIES[source.strategy] != "plain":
+    """The task whose per-task tolerances the cell gets (None: the family's alone). A resumed
+    cell's numbers carry its source's noise and a checkpoint's load too, which the variants behind
+    those tolerances never measured, unless source and destination are plain-family cells (or the
+    source is the golden and the destination plain): fp32 masters handed over as they are. A ZeRO
+    source hands over half-precision weights; a ZeRO destination rounds what it loads to half."""
+    if not isinstance(cell, ResumeCell):
+        return golden_task
+    source = cell.source_cell
+    if FAMILIES[cell.strategy] != "plain" or (source is not None and FAMILIES[source.strategy] != "plain"):
         return None
     return golden_task

@@ -26,7 +26,12 @@ from typing import Any
 from harness.errors import ToleranceError, explain
 from harness.plan.cell import PRECISIONS, STRATEGIES
 from harness.plan.tolerance_entry import read_entry
-from harness.plan.weight_tolerances import WeightTolerance, parse_eval_tolerances, parse_weight_tolerances
+from harness.plan.weight_tolerances import (
+    TaskKey,
+    WeightTolerance,
+    parse_eval_tolerances,
+    parse_weight_tolerances,
+)
 
 # fsdp is "plain" by measurement (benchmarks/fsdp_distance.py, docs/fsdp.md "FSDP in the matrix"):
 # every fsdp cell that trains stays inside the plain tolerances, worst 4% in fp32, 49% in fp16
@@ -66,10 +71,10 @@ EXACT = Tolerance(precision="any", family="any", rtol=0.0, atol=0.0,
 class ToleranceTable:
     source: Path
     entries: dict[tuple[str, str], Tolerance]
-    # (precision, golden task) -> its final weights' tolerance in the plain family (WEIGHTS_PER_TASK)
-    weights: dict[tuple[str, str], WeightTolerance] = field(default_factory=dict)
-    # (precision, golden task) -> its eval outputs' tolerance in the plain family (the same file)
-    eval_outputs: dict[tuple[str, str], WeightTolerance] = field(default_factory=dict)
+    # (family, precision, golden task) -> its final weights' tolerance there (WEIGHTS_PER_TASK)
+    weights: dict[TaskKey, WeightTolerance] = field(default_factory=dict)
+    # (family, precision, golden task) -> its eval outputs' tolerance there (the same file)
+    eval_outputs: dict[TaskKey, WeightTolerance] = field(default_factory=dict)
 
     def for_cell(self, precision: str, strategy: str, task: str | None = None) -> Tolerance:
         """The family's tolerance, with `task`'s own weight tolerance where it has one (`task`:
@@ -79,11 +84,10 @@ class ToleranceTable:
     def with_task(self, family_tolerance: Tolerance, task: str | None) -> Tolerance:
         """`family_tolerance` (an entry of this table) with `task`'s own weight and eval-output
         tolerances, where it has them in that family."""
-        if family_tolerance.family != "plain":
-            return family_tolerance
-        key = (family_tolerance.precision, task or "")
+        family = family_tolerance.family
+        key = (family, family_tolerance.precision, task or "")
         found = (("state_dict", self.weights.get(key)), ("eval", self.eval_outputs.get(key)))
-        own = {kind: Tolerance(entry.precision, f"plain.{kind}.{task}", entry.rtol, entry.atol, entry.reason)
+        own = {kind: Tolerance(entry.precision, f"{family}.{kind}.{task}", entry.rtol, entry.atol, entry.reason)
                for kind, entry in found if entry is not None}
         if not own:
             return family_tolerance

@@ -1,4 +1,4 @@
-"""Per-task tolerances for the final weights of half-precision cells of the plain family.
+"""Per-task tolerances for the final weights and eval outputs of half-precision cells.
 
 A single/DDP/FSDP cell in fp16 or bf16 steps fp32 master weights: its final state dict is fp32
 numbers whose distance from the golden is the arithmetic noise of that task's half-precision
@@ -6,14 +6,19 @@ gradients, not a half dtype's rounding of the weights themselves. The family-wid
 ([tolerances.<precision>.plain], sized by the noisiest task: AdamW's classifier, FSDP's half
 layers) lets a quiet task's weights move by whole percents (`sgd_accum` bf16: a 15% gradient error
 passed). So `python -m harness calibrate --write-weight-tolerances` measures each task's own
-benign noise (harness.calibrate: the plain reference under the variants of the plain family) and
+benign noise (harness.calibrate: the plain reference under the variants of the family) and
 writes, per precision and task, `atol` = safety factor x the worst |weight - golden| those
 variants reached, never below the fp32 cells' own atol (a master weight is an fp32 number: it is
-never required closer than an fp32 cell's), with `rtol = 0`. The measurement stays beside it.
+never required closer than an fp32 cell's), with `rtol = 0`; eval outputs likewise (their own
+rule: harness.calibrate.weights_file). The measurement stays beside it.
+
+The zero family (ZeRO-1/2/3) has entries of its own ([zero.<precision>.<task>],
+[zero.eval.<precision>.<task>]), measured by the variants that reproduce DeepSpeed's half
+precision (masters copied from the half weights, gradients reduced and accumulated as each stage
+does: harness.golden.half_weights), and only for the tasks those variants could run.
 
 matrix.toml names the file in `[tolerances] weights_per_task = "<file beside it>"`. A cell uses an
-entry when its golden's task and precision have one and the cell is in the plain family. Every
-other cell (the zero family: DeepSpeed keeps the module's weights in the half dtype; tasks
+entry when its family, its golden's task and its precision have one. Every other cell (tasks
 without an entry, users' tasks among them; fp32) keeps the family's tolerance.
 """
 
@@ -34,12 +39,17 @@ FIELDS = ("rtol", "atol", "need", "variant", "where", "reason")
 
 
 EVAL = "eval"  # the file's table of eval-output entries: [eval.<precision>.<task>]
+# The families with entries; the plain family's sections sit at the top of the file, the others'
+# under their name ([zero.<precision>.<task>], [zero.eval.<precision>.<task>]).
+ENTRY_FAMILIES = ("plain", "zero")
+# (family, precision, golden task): the key of every per-task entry of one kind
+TaskKey = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
 class WeightTolerance:
-    """One task's own tolerance for one kind of quantity of its half-precision plain cells: the
-    final weights ("state_dict", rtol 0) or the gathered eval outputs ("eval", the family's rtol)."""
+    """One task's own tolerance for one kind of quantity of its half-precision cells of one family:
+    the final weights ("state_dict", rtol 0) or the gathered eval outputs ("eval", the family's rtol)."""
 
     precision: str
     task: str  # the golden's task
@@ -50,22 +60,52 @@ class WeightTolerance:
     where: str  # the quantity it was reached on
     reason: str
     kind: str = "state_dict"  # or EVAL
+    family: str = "plain"  # or "zero"
+
+    @property
+    def key(self) -> TaskKey:
+        return self.family, self.precision, self.task
+
+    @property
+    def section(self) -> str:
+        """Its section's name in the file."""
+        parts = ([] if self.family == "plain" else [self.family]) + ([EVAL] if self.kind == EVAL else [])
+        return ".".join([*parts, self.precision, self.task])
 
 
-def parse_weight_tolerances(matrix_file: Path, name: Any) -> dict[tuple[str, str], WeightTolerance]:
-    """The weight entries of the file `[tolerances] weights_per_task` names, keyed (precision, task)."""
+def parse_weight_tolerances(matrix_file: Path, name: Any) -> dict[TaskKey, WeightTolerance]:
+    """The weight entries of the file `[tolerances] weights_per_task` names, every family's."""
+    return _parse(matrix_file, name, "state_dict")
+
+
+def parse_eval_tolerances(matrix_file: Path, name: Any) -> dict[TaskKey, WeightTolerance]:
+    """The eval-output entries of that file ([eval.<precision>.<task>], [zero.eval...])."""
+    return _parse(matrix_file, name, EVAL)
+
+
+def _parse(matrix_file: Path, name: Any, kind: str) -> dict[TaskKey, WeightTolerance]:
     path, table = _load(matrix_file, name)
-    return _entries(path, {k: v for k, v in table.items() if k != EVAL}, "state_dict")
+    found: dict[TaskKey, WeightTolerance] = {}
+    for family in ENTRY_FAMILIES:
+        top = table if family == "plain" else _table(table, family, path, f"[{family}.<precision>.<task>]")
+        if kind == EVAL:
+            top = _table(top, EVAL, path, f"[{_prefix(family, kind)}<precision>.<task>]", family)
+        else:
+            top = {k: v for k, v in top.items() if k != EVAL and k not in ENTRY_FAMILIES}
+        found.update(_entries(path, top, kind, family))
+    return found
 
 
-def parse_eval_tolerances(matrix_file: Path, name: Any) -> dict[tuple[str, str], WeightTolerance]:
-    """The eval-output entries of that file ([eval.<precision>.<task>]), keyed (precision, task)."""
-    path, table = _load(matrix_file, name)
-    section = table.get(EVAL, {})
+def _table(table: dict[str, Any], key: str, path: Path, valid: str, family: str = "plain") -> dict[str, Any]:
+    section = table.get(key, {})
     if not isinstance(section, dict):
-        raise ToleranceError(explain(f"{EVAL} in {path}", "not a table", "[eval.<precision>.<task>] sections",
-                                     f"rewrite the file with `{WRITE}`"))
-    return _entries(path, section, EVAL)
+        raise ToleranceError(explain(f"{_prefix(family, 'state_dict')}{key} in {path}", "not a table",
+                                     f"{valid} sections", f"rewrite the file with `{WRITE}`"))
+    return section
+
+
+def _prefix(family: str, kind: str) -> str:
+    return ("" if family == "plain" else f"{family}.") + (f"{EVAL}." if kind == EVAL else "")
 
 
 def _load(matrix_file: Path, name: Any) -> tuple[Path, dict[str, Any]]:
@@ -86,9 +126,9 @@ def _load(matrix_file: Path, name: Any) -> tuple[Path, dict[str, Any]]:
     return path, table
 
 
-def _entries(path: Path, table: dict[str, Any], kind: str) -> dict[tuple[str, str], WeightTolerance]:
-    prefix = f"{EVAL}." if kind == EVAL else ""
-    entries: dict[tuple[str, str], WeightTolerance] = {}
+def _entries(path: Path, table: dict[str, Any], kind: str, family: str) -> dict[TaskKey, WeightTolerance]:
+    prefix = _prefix(family, kind)
+    entries: dict[TaskKey, WeightTolerance] = {}
     for precision, tasks in table.items():
         if not isinstance(tasks, dict):
             continue  # the file's own header values (safety_factor, measured_on)
@@ -97,12 +137,12 @@ def _entries(path: Path, table: dict[str, Any], kind: str) -> dict[tuple[str, st
                                          HALF_PRECISIONS,
                                          "fp32 cells keep [tolerances.fp32.plain]; remove the section"))
         for task, body in tasks.items():
-            entries[(precision, task)] = _entry(path, precision, task, body, kind)
+            entries[(family, precision, task)] = _entry(path, precision, task, body, kind, family)
     return entries
 
 
-def _entry(path: Path, precision: str, task: str, body: Any, kind: str) -> WeightTolerance:
-    where = f"[{f'{EVAL}.' if kind == EVAL else ''}{precision}.{task}] in {path}"
+def _entry(path: Path, precision: str, task: str, body: Any, kind: str, family: str) -> WeightTolerance:
+    where = f"[{_prefix(family, kind)}{precision}.{task}] in {path}"
     if not isinstance(body, dict) or sorted(body) != sorted(FIELDS):
         got = sorted(body) if isinstance(body, dict) else type(body).__name__
         raise ToleranceError(explain(where, f"its keys are {got}", list(FIELDS),
@@ -117,4 +157,4 @@ def _entry(path: Path, precision: str, task: str, body: Any, kind: str) -> Weigh
                                      "numbers >= 0 with atol >= need (the tolerance covers its noise)",
                                      "fix the entry"))
     return WeightTolerance(precision, task, rtol, atol, need, str(body["variant"]), str(body["where"]),
-                           str(body["reason"]), kind)
+                           str(body["reason"]), kind, family)

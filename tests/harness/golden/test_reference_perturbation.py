@@ -51,7 +51,7 @@ def test_a_gradient_scale_scales_the_first_sgd_step_by_the_same_factor() -> None
 
 
 def test_half_weights_step_fp32_masters_and_compute_with_half_copies() -> None:
-    for style in ("deepspeed", "fsdp"):
+    for style in ("zero1", "zero2", "fsdp"):
         state = _after_one_step("lm", "bf16", Perturbation(splits=2, half_weights=style))
         assert {p.dtype for p in state.model.parameters()} == {torch.float32}  # what the optimizer steps
         half = Perturbation(splits=2, half_weights=style)
