@@ -1,11 +1,13 @@
-"""The fp32 exact tier, measured: which fp32 cells of a run a reference that follows their
-backend's reduction order reproduces bit for bit (docs/calibration.md).
+"""The exact tier, measured: which CPU cells of a run a reference that follows their backend's
+reduction order (and, in fp16/bf16, its half precision) reproduces bit for bit (docs/calibration.md).
 
 The reference follows a cell the way the cell's process computes: this machine's kernels
 (oneDNN on, one intra-op thread, as a rank runs), and for a cell of N processes each global batch
 as N micro-batches whose gradients are computed apart and averaged (the `two_ranks` variant for
 N = 2: DDP's all-reduce of each rank's gradient divided by the world size gives the same bits as
-averaging the halves, since dividing by 2 is exact). Where every quantity of a cell (losses,
+averaging the halves, since dividing by 2 is exact); in half precision the backend's own semantics
+(ZeRO-1, ZeRO-2/3 or FSDP2: harness.golden.half_weights; single and DDP autocast as the golden);
+a task that synchronises BatchNorm, over the global batch. Where every quantity of a cell (losses,
 lrs, loss scales, eval outputs, the state dict) equals that reference's, the cell can be judged
 exactly on top of its tolerance: a bug of any size shows. Measured, not judged: the share of
 exact cells moves with the measuring process's thread set-up and the CPU (docs/calibration.md).
@@ -17,7 +19,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.calibrate.reduction_order import differing_quantities, reduction_order_reference
+from harness.calibrate.reduction_order import (
+    differing_quantities,
+    reduction_order_perturbation,
+    reduction_order_reference,
+)
 from harness.calibrate.variants import splits_change_the_math
 from harness.judge.cell_verdict import golden_task_of
 from harness.layout.report_dir import ReportDir
@@ -40,7 +46,7 @@ class ExactCheck:
 
 
 def check_exact(report_dir: Path) -> list[ExactCheck]:
-    """Every fp32 CPU cell that passed in `report_dir`, against its reduction-order reference."""
+    """Every CPU cell that passed in `report_dir`, against its reduction-order reference."""
     folder = ReportDir(report_dir)
     report = json.loads(folder.report_json.read_text(encoding="utf-8"))
     out = []
@@ -48,13 +54,12 @@ def check_exact(report_dir: Path) -> list[ExactCheck]:
         if entry["status"] != "passed" or ":" in entry["id"]:  # resume pairs have their own exactness
             continue
         cell = Cell.from_id(entry["id"])
-        if cell.precision != "fp32" or cell.device != "cpu":
+        if cell.device != "cpu":
             continue
         task_name = golden_task_of(cell.task)
-        model = get_task(task_name).build_model()
-        split_dependent = splits_change_the_math(model) if cell.processes > 1 else None
-        if split_dependent:
-            out.append(ExactCheck(cell.id, False, why_not_checked=f"not modelled: {split_dependent}"))
+        why = _not_modelled(cell, task_name)
+        if why:
+            out.append(ExactCheck(cell.id, False, why_not_checked=f"not modelled: {why}"))
             continue
         differing = differing_quantities(Record.load(folder.record(cell.id)),
                                          reduction_order_reference(cell, task_name))
@@ -62,11 +67,28 @@ def check_exact(report_dir: Path) -> list[ExactCheck]:
     return out
 
 
+def _not_modelled(cell: Cell, task_name: str) -> str:
+    """Why no reference follows this cell's computation; empty: one does."""
+    if cell.processes == 1:
+        return ""
+    perturbation = reduction_order_perturbation(cell)
+    model = get_task(task_name).build_model()
+    split = splits_change_the_math(model, ignore_batchnorm=perturbation.sync_batchnorm)
+    if split:
+        return split
+    if perturbation.sync_batchnorm and perturbation.half_weights:
+        return f"synchronised BatchNorm under {cell.strategy}'s half precision"
+    return ""
+
+
 def exact_lines(checks: list[ExactCheck], report_dir: Path) -> list[str]:
     checked = [c for c in checks if c.checked]
     exact = [c for c in checked if c.exact]
-    lines = [f"fp32 exact tier ({report_dir}): {len(exact)} of {len(checked)} fp32 cells bit-identical to "
-             f"their reduction-order reference ({len(checks) - len(checked)} not modelled)"]
+    by_precision = ", ".join(
+        f"{p} {sum(c.exact for c in of)} of {len(of)}"
+        for p in ("fp32", "fp16", "bf16") if (of := [c for c in checked if _precision(c) == p]))
+    lines = [f"exact tier ({report_dir}): {len(exact)} of {len(checked)} cells bit-identical to their "
+             f"reduction-order reference ({by_precision}; {len(checks) - len(checked)} not modelled)"]
     for check in checks:
         if not check.checked:
             lines.append(f"  {check.cell_id}: {check.why_not_checked}")
@@ -77,6 +99,10 @@ def exact_lines(checks: list[ExactCheck], report_dir: Path) -> list[str]:
             lines.append(f"  {check.cell_id}: {len(check.differing)} quantities differ; largest "
                          f"{worst[0]} ({worst[1][0]} elements, max |diff| {worst[1][1]:.2e})")
     return lines
+
+
+def _precision(check: ExactCheck) -> str:
+    return Cell.from_id(check.cell_id).precision
 
 
 def exact_json(checks: list[ExactCheck]) -> list[dict[str, object]]:

@@ -1,9 +1,11 @@
-"""The plain reference run the way a cell's backend reduces (each rank's share of a global batch
+"""The plain reference run the way a cell's backend computes (each rank's share of a global batch
 as its own micro-batch, their gradients averaged; this machine's kernels; the ranks' intra-op
-thread count), and a record compared with it value for value: what `python -m harness calibrate
---exact-tier` measures (harness.calibrate.exact_tier, docs/calibration.md).
+thread count; in fp16/bf16 the backend's half precision: ZeRO-1's, ZeRO-2/3's or FSDP2's, from
+harness.golden.half_weights; BatchNorm over the global batch where the task synchronises it), and
+a record compared with it value for value: what `python -m harness calibrate --exact-tier`
+measures (harness.calibrate.exact_tier, docs/calibration.md).
 
-Computed once per task x processes x threads per process. Whether a cell reproduces it bit for
+Computed once per task x precision x perturbation. Whether a cell reproduces it bit for
 bit depends on more than the cell (docs/calibration.md: the measuring process's thread set-up
 and the CPU's kernels move it), which is why no cell is judged by it.
 """
@@ -18,23 +20,32 @@ from harness.record.record_format import Record
 from harness.run.torchrun_launch import launch_env
 from harness.tasks import get_task
 
-_references: dict[tuple[str, int, int], Record] = {}
+_references: dict[tuple[str, str, Perturbation], Record] = {}
 _lock = threading.Lock()
+
+# The half precision each strategy's cells compute in (harness.golden.half_weights); the others
+# (single, DDP) autocast over fp32 weights, as the golden's loop does.
+HALF_SEMANTICS = {"zero1": "zero1", "zero2": "zero2", "zero3": "zero2", "fsdp": "fsdp"}
 
 
 def reduction_order_perturbation(cell: Cell) -> Perturbation:
-    """The cell's processes as the reference's splits, at the thread count its ranks run with."""
+    """The cell's processes as the reference's splits, at the thread count its ranks run with; in
+    half precision its backend's semantics; a synchronised task's BatchNorm over the global batch."""
     threads = int(launch_env(cell)["OMP_NUM_THREADS"])
-    return Perturbation(splits=cell.processes, threads=threads, name=f"splits_{cell.processes}")
+    half = HALF_SEMANTICS.get(cell.strategy, "") if cell.precision != "fp32" else ""
+    synchronised = cell.processes > 1 and bool(getattr(get_task(cell.task), "sync_batchnorm", False))
+    parts = (f"splits_{cell.processes}", half, "sync_batchnorm" if synchronised else "")
+    return Perturbation(splits=cell.processes, threads=threads, half_weights=half,
+                        sync_batchnorm=synchronised, name="_".join(p for p in parts if p))
 
 
 def reduction_order_reference(cell: Cell, task_name: str) -> Record:
     perturbation = reduction_order_perturbation(cell)
-    key = (task_name, perturbation.splits, perturbation.threads)
+    key = (task_name, cell.precision, perturbation)
     with _lock:
         if key not in _references:
             task = get_task(task_name)
-            _references[key] = train_reference(task, "fp32", inputs=ReferenceInputs.of(task),
+            _references[key] = train_reference(task, cell.precision, inputs=ReferenceInputs.of(task),
                                                perturbation=perturbation)
         return _references[key]
 

@@ -25,11 +25,13 @@ def lines(study: Study) -> list[str]:
     if study.in_force:
         out += ["", "detection thresholds: the smallest e with every gradient x (1 + e) that fails the "
                 "cell's comparison (goal: fp32 1e-4, fp16 1e-2, bf16 2e-2)",
-                f"{'task':<12} {'precision':<9} {'family':<6} {'in force':>10}  {'calibrated':>10}  "
-                "caught by (calibrated)"]
+                "as its weakest backend computes it (golden: the golden's loop, as single and DDP do; the "
+                "others: the variants of that name)",
+                f"{'task':<12} {'precision':<9} {'family':<6} {'in force':>10}  {'weakest':<21} "
+                f"{'calibrated':>10}  caught by (calibrated)"]
         for now, tight in zip(study.in_force, study.calibrated, strict=True):
             out.append(f"{now.task:<12} {now.precision:<9} {now.family:<6} {_error(now):>10}  "
-                       f"{_error(tight):>10}  {_caught(tight)}")
+                       f"{now.semantics:<21} {_error(tight):>10}  {_caught(tight)}")
         out += ["", summary(study)]
     return out
 

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from harness.calibrate.calibrated import SAFETY_FACTOR, Proposal, family_proposals, task_tolerances
 from harness.calibrate.noise import Need, measure
 from harness.calibrate.thresholds import Threshold, detection_threshold
+from harness.calibrate.variants import cell_semantics
 from harness.golden.golden_store import load_golden
 from harness.golden.reference import ReferenceInputs
 from harness.plan.tolerances import ToleranceTable
@@ -50,9 +51,11 @@ def run_study(tasks: Sequence[str], precisions: Sequence[str], table: ToleranceT
                 if (precision, family) not in table.entries:
                     continue
                 in_force_tol = table.with_task(table.entries[(precision, family)], name)
-                in_force.append(detection_threshold(task, precision, family, inputs, golden, in_force_tol))
+                semantics = cell_semantics(family, precision, task.build_model())
+                in_force.append(detection_threshold(task, precision, family, inputs, golden, in_force_tol,
+                                                    semantics))
                 calibrated.append(detection_threshold(task, precision, family, inputs, golden,
-                                                      per_task[(name, precision, family)]))
+                                                      per_task[(name, precision, family)], semantics))
     return Study(tuple(tasks), tuple(precisions), safety, needs, proposals, in_force, calibrated)
 
 

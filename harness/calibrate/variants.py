@@ -57,7 +57,8 @@ VARIANTS: tuple[Variant, ...] = (
 
 # The variants that reproduce DeepSpeed's half precision (the zero family's per-task entries need
 # one of them: only they start from weights rounded to half, as ZeRO does).
-DEEPSPEED_HALF_VARIANTS = frozenset(v.name for v in VARIANTS if v.perturbation.half_weights in DEEPSPEED_STYLES)
+DEEPSPEED_HALF_VARIANTS = frozenset(v.name for v in VARIANTS
+                                    if v.perturbation.half_weights in DEEPSPEED_STYLES)
 
 
 def splits_change_the_math(model: nn.Module, ignore_batchnorm: bool = False) -> str | None:
@@ -85,3 +86,16 @@ def variants_for(precision: str, model: nn.Module) -> list[Variant]:
 
 def has_batchnorm(model: nn.Module) -> bool:
     return any(isinstance(module, _BatchNorm) for module in model.modules())
+
+
+def cell_semantics(family: str, precision: str, model: nn.Module) -> list[Perturbation]:
+    """How the family's backends compute a cell of this precision, as reference runs: the golden's
+    loop (single, DDP: autocast over fp32 weights) and, in half precision, the variants that
+    reproduce FSDP2 (plain) or ZeRO-1 and ZeRO-2/3 (zero). Those split the batch by rank, so a task
+    whose math depends on the split keeps the golden's loop alone (its multi-process cells are
+    declared, or synchronise BatchNorm, which none of them models)."""
+    golden_loop = Perturbation()
+    if precision not in HALF or splits_change_the_math(model) is not None:
+        return [golden_loop]
+    backends = [v.perturbation for v in VARIANTS if v.perturbation.half_weights and family in v.families]
+    return [golden_loop, *backends] if family == "plain" else backends

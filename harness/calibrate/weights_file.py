@@ -104,7 +104,8 @@ def below_noise(needs: Iterable[Need], table: ToleranceTable) -> list[str]:
         entry = table.eval_outputs.get((family, precision, task))
         if entry is not None and need.atol > entry.atol:
             out.append(f"{family} {precision} {task}: eval outputs needed atol {need.atol:.3g} at rtol "
-                       f"{need.rtol:g} under {need.variant} ({need.where}), above the atol {entry.atol:g} in force")
+                       f"{need.rtol:g} under {need.variant} ({need.where}), above the atol {entry.atol:g} "
+                       "in force")
     return out
 
 
@@ -117,7 +118,8 @@ def weight_tolerances(needs: Iterable[Need], table: ToleranceTable, safety: floa
     reproducing DeepSpeed's half precision ran (their weights start rounded to half: no other
     variant measures that)."""
     needs = list(needs)
-    deepspeed_measured = {(n.family, n.precision, n.task) for n in needs if n.variant in DEEPSPEED_HALF_VARIANTS}
+    deepspeed_measured = {(n.family, n.precision, n.task) for n in needs
+                          if n.variant in DEEPSPEED_HALF_VARIANTS}
     entries, skipped, wider = [], [], []
     skipped_keys: set[tuple[str, str, str, str]] = set()
     kinds: list[tuple[str, dict[TaskKey, Need], Callable[[Need], tuple[float, str]]]] = [
@@ -136,8 +138,8 @@ def weight_tolerances(needs: Iterable[Need], table: ToleranceTable, safety: floa
             entry = _entry_for(kind, family, precision, task, value, need.variant, where, rtol, safety,
                                table.entries[("fp32", family)].atol)
             if entry.atol > family_tolerance.atol:
-                wider.append(f"{family} {precision} {task} {_WHAT[kind]}: {entry.atol:.2g} where the family's "
-                             f"atol is {family_tolerance.atol:g} ({entry.reason})")
+                wider.append(f"{family} {precision} {task} {_WHAT[kind]}: {entry.atol:.2g} where the "
+                             f"family's atol is {family_tolerance.atol:g} ({entry.reason})")
             entries.append(entry)
     return Written(entries, skipped, wider=tuple(wider), skipped_keys=frozenset(skipped_keys))
 

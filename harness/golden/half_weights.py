@@ -82,14 +82,14 @@ class HalfWeights:
                 continue
             held = self._accumulated[index]
             if self.style == "fsdp":  # widened and reduced in fp32 into the fp32 gradient
-                master.grad = grad.float() if master.grad is None else master.grad + grad.float()
+                master.grad = _added(master.grad, grad.float())
             elif self.style == "zero1":  # the rank's own half .grad, summed in half
-                held[rank] = grad if held[rank] is None else held[rank] + grad
+                held[rank] = _added(held[rank], grad)
             else:  # zero2: once every rank's share of this micro-batch is in, reduced in fp32
                 held[rank] = grad
                 if rank == self.ranks - 1:
                     reduced = _sum_in_fp32(held[:self.ranks]).to(grad.dtype)
-                    held[self.ranks] = reduced if held[self.ranks] is None else held[self.ranks] + reduced
+                    held[self.ranks] = _added(held[self.ranks], reduced)
                     held[:self.ranks] = [None] * self.ranks
 
     def at_boundary(self) -> None:
@@ -101,8 +101,8 @@ class HalfWeights:
             if self.style == "zero1":
                 if any(g is not None for g in held[:self.ranks]):  # rounded back to the parameter's dtype
                     master.grad = _sum_in_fp32(held[:self.ranks]).to(half.dtype).float()
-            elif held[self.ranks] is not None:
-                master.grad = held[self.ranks].float()
+            elif (accumulated := held[self.ranks]) is not None:
+                master.grad = accumulated.float()
         self._reset()
 
     def _reset(self) -> None:
@@ -124,6 +124,11 @@ class HalfWeights:
         with torch.no_grad():
             for master, half in zip(self.master.buffers(), self.model.buffers(), strict=True):
                 master.copy_(half)
+
+
+def _added(held: torch.Tensor | None, grad: torch.Tensor) -> torch.Tensor:
+    """`grad` added to what is held (in their dtype), or `grad` when nothing is."""
+    return grad if held is None else held + grad
 
 
 def _sum_in_fp32(grads: list[torch.Tensor | None]) -> torch.Tensor:

@@ -146,8 +146,10 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
                 (scaler.scale(loss) if scaler is not None else loss).backward()
                 if half is not None:
                     half.after_rank_backward()  # reduced and accumulated as the backend does
-            # One process: its loss; split: the mean of the parts' losses, as reduce(mean) gives.
-            losses.append(step_losses[0] if len(step_losses) == 1 else sum(step_losses) / len(step_losses))
+            # One process: its loss; split: the mean of the parts' losses, as reduce(mean) gives it
+            # (an fp32 all-reduce sum divided in fp32 by the world size).
+            losses.append(step_losses[0] if len(step_losses) == 1 else
+                          float(torch.tensor(step_losses, dtype=torch.float32).sum() / len(step_losses)))
             if not boundary:
                 continue
             if half is not None:
@@ -210,7 +212,8 @@ def _evaluate(task: Task, model: torch.nn.Module, device: torch.device, precisio
         inputs = _to(batch, device) if half is None else half.cast_inputs(_to(batch, device))
         with _autocast(device, precision if half is None or half.autocast else "fp32"):
             output = model(**inputs)
-        logits.append(output.logits)
+        # FSDP2's root unit hands its outputs back in fp32 (the core's output_dtype): so does its variant
+        logits.append(output.logits.float() if half is not None and half.style == "fsdp" else output.logits)
         labels.append(batch["labels"])
     return {"logits": torch.cat(logits), "labels": torch.cat(labels)}
 

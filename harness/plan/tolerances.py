@@ -87,7 +87,8 @@ class ToleranceTable:
         family = family_tolerance.family
         key = (family, family_tolerance.precision, task or "")
         found = (("state_dict", self.weights.get(key)), ("eval", self.eval_outputs.get(key)))
-        own = {kind: Tolerance(entry.precision, f"{family}.{kind}.{task}", entry.rtol, entry.atol, entry.reason)
+        own = {kind: Tolerance(entry.precision, f"{family}.{kind}.{task}", entry.rtol, entry.atol,
+                               entry.reason)
                for kind, entry in found if entry is not None}
         if not own:
             return family_tolerance

@@ -5,6 +5,7 @@ goldens read here may have been made on another machine (tests(deepspeed) moves 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from harness.calibrate.against_cells import check_cells
 from harness.calibrate.calibrated import family_proposals, task_tolerances
 from harness.calibrate.noise import measure
 from harness.calibrate.thresholds import GOALS, detection_threshold, first_failure
-from harness.calibrate.variants import splits_change_the_math, variants_for
+from harness.calibrate.variants import cell_semantics, splits_change_the_math, variants_for
 from harness.cli.main import main
 from harness.golden.golden_store import load_golden
 from harness.golden.reference import Perturbation, ReferenceInputs, train_reference
@@ -99,3 +100,30 @@ def test_a_task_without_its_own_golden_is_refused_with_the_valid_ones(
     assert main(["calibrate", "--task", "canary_nan"]) == 2
     text = capsys.readouterr().out
     assert "canary_nan" in text and "regression" in text and "Fix:" in text
+
+
+def test_a_familys_backends_are_the_golden_loop_and_the_variants_that_reproduce_its_half_precision() -> None:
+    def names(family: str, precision: str, task: str) -> list[str]:
+        return [p.name for p in cell_semantics(family, precision, get_task(task).build_model())]
+
+    assert names("plain", "bf16", "sgd_accum") == ["golden", "two_ranks_fsdp_half"]
+    assert names("zero", "fp16", "sgd_accum") == ["two_ranks_zero1_half", "two_ranks_zero2_half"]
+    assert names("zero", "fp32", "sgd_accum") == names("plain", "fp32", "lm") == ["golden"]
+    assert names("zero", "bf16", "dropout") == ["golden"]  # the variants split the batch: not its math
+
+
+def test_a_familys_threshold_is_its_weakest_backends_and_a_benign_failure_is_never_hidden() -> None:
+    task, table = get_task("sgd_accum"), load_matrix().tolerances
+    inputs, golden = ReferenceInputs.of(task), load_golden("sgd_accum", "bf16")
+    tolerance = table.with_task(table.entries[("bf16", "zero")], "sgd_accum")
+    backends = cell_semantics("zero", "bf16", task.build_model())
+    each = [detection_threshold(task, "bf16", "zero", inputs, golden, tolerance, [b]) for b in backends]
+    family = detection_threshold(task, "bf16", "zero", inputs, golden, tolerance, backends)
+    assert all(t.error is not None and t.error > 0 for t in each)
+    assert family.error == max(t.error for t in each)  # type: ignore[type-var]
+    assert family.semantics == max(each, key=lambda t: t.error).semantics  # type: ignore[arg-type, return-value]
+    # Judged as tightly as an fp32 cell, ZeRO's half-rounded weights fail with no bug at all: that
+    # is the result, though the golden's loop alone would still bisect to a threshold.
+    tight = replace(tolerance, quantities={"state_dict": replace(tolerance, atol=1e-5, rtol=0.0)})
+    strict = detection_threshold(task, "bf16", "zero", inputs, golden, tight, [Perturbation(), *backends])
+    assert strict.error == 0.0 and "unperturbed" in strict.caught_by and strict.semantics != "golden"

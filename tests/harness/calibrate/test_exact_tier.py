@@ -31,9 +31,9 @@ def _run_dir(tmp_path: Path, records: dict[str, object], statuses: dict[str, str
 
 
 def _reference(cell_id: str) -> object:
-    task = get_task("regression")
-    return train_reference(task, "fp32", inputs=ReferenceInputs.of(task),
-                           perturbation=reduction_order_perturbation(Cell.from_id(cell_id)))
+    task, cell = get_task("regression"), Cell.from_id(cell_id)
+    return train_reference(task, cell.precision, inputs=ReferenceInputs.of(task),
+                           perturbation=reduction_order_perturbation(cell))
 
 
 def test_a_cell_is_exact_only_bit_for_bit_and_one_ulp_is_named(tmp_path: Path) -> None:
@@ -43,26 +43,40 @@ def test_a_cell_is_exact_only_bit_for_bit_and_one_ulp_is_named(tmp_path: Path) -
     tensor = moved.state_dict[name]  # type: ignore[attr-defined]
     flat = tensor.view(-1)
     flat[0] = torch.nextafter(flat[0], torch.tensor(float("inf"), dtype=flat.dtype))
-    run = _run_dir(tmp_path, {single: _reference(single), ddp: moved},
-                   {single: "passed", ddp: "passed", "batchnorm_sync-cpu2-ddp-fp32": "passed",
-                    "regression-cpu1-single-bf16": "passed", "scalar-cpu1-single-fp32": "failed"})
+    half, unmodelled = "regression-cpu2-zero3-bf16", "batchnorm_sync-cpu2-zero2-bf16"
+    run = _run_dir(tmp_path, {single: _reference(single), ddp: moved, half: _reference(half)},
+                   {single: "passed", ddp: "passed", half: "passed", unmodelled: "passed",
+                    "scalar-cpu1-single-fp32": "failed"})
     checks = {c.cell_id: c for c in check_exact(run)}
-    # Only passing fp32 cells are measured; a split-dependent task is said, not guessed.
-    assert set(checks) == {single, ddp, "batchnorm_sync-cpu2-ddp-fp32"}
+    # Only passing cells are measured; what no reference follows is said, not guessed.
+    assert set(checks) == {single, ddp, half, unmodelled}
     assert checks[single].exact and checks[single].differing == {}
+    assert checks[half].exact  # a ZeRO-3 bf16 cell against ZeRO-2/3's half precision
+    assert not checks[unmodelled].checked and "zero2's half precision" in checks[unmodelled].why_not_checked
     assert not checks[ddp].exact
     assert list(checks[ddp].differing) == [f"state_dict/{name}"]
     elements, largest = checks[ddp].differing[f"state_dict/{name}"]
     assert elements == 1 and 0 < largest < 1e-6
-    assert not checks["batchnorm_sync-cpu2-ddp-fp32"].checked
     lines = exact_lines(list(checks.values()), run)
-    assert lines[0].endswith("1 of 2 fp32 cells bit-identical to their reduction-order reference "
-                             "(1 not modelled)")
+    assert lines[0].endswith("2 of 3 cells bit-identical to their reduction-order reference "
+                             "(fp32 1 of 2, bf16 1 of 1; 1 not modelled)")
 
 
 def test_the_splits_follow_the_cells_processes() -> None:
     assert reduction_order_perturbation(Cell.from_id("lm-cpu1-single-fp32")).splits == 1
     assert reduction_order_perturbation(Cell.from_id("lm-cpu2-zero3-fp32")).splits == 2
+
+
+def test_the_reference_follows_each_backends_half_precision_and_synchronised_batchnorm() -> None:
+    def half(cell_id: str) -> str:
+        return reduction_order_perturbation(Cell.from_id(cell_id)).half_weights
+
+    assert [half(f"lm-cpu2-{s}-bf16") for s in ("ddp", "zero1", "zero2", "zero3", "fsdp")] == \
+        ["", "zero1", "zero2", "zero2", "fsdp"]
+    assert half("lm-cpu2-zero1-fp32") == "" and half("lm-cpu1-single-fp16") == ""
+    assert reduction_order_perturbation(Cell.from_id("batchnorm_sync-cpu2-ddp-fp32")).sync_batchnorm
+    assert not reduction_order_perturbation(Cell.from_id("batchnorm_sync-cpu1-single-fp32")).sync_batchnorm
+    assert not reduction_order_perturbation(Cell.from_id("batchnorm-cpu2-ddp-fp32")).sync_batchnorm
 
 
 def test_the_command_refuses_a_folder_without_a_report(tmp_path: Path,
