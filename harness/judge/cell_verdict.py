@@ -242,7 +242,11 @@ def weights_task(cell: Cell, golden_task: str) -> str | None:
     cell's numbers carry its source's noise and a checkpoint's load too, which the variants behind
     those tolerances never measured, unless source and destination are plain-family cells (or the
     source is the golden and the destination plain): fp32 masters handed over as they are. A ZeRO
-    source hands over half-precision weights; a ZeRO destination rounds what it loads to half."""
+    source hands over half-precision weights; a ZeRO destination rounds what it loads to half.
+    Only CPU cells: the noise behind the entries was measured with CPU kernels (calibrate runs the
+    reference on the CPU); a GPU's round otherwise, unmeasured, so a GPU cell keeps the family's."""
+    if cell.device != "cpu":
+        return None
     if not isinstance(cell, ResumeCell):
         return golden_task
     source = cell.source_cell

@@ -26,3 +26,9 @@ def test_a_zero_cell_gets_its_tasks_tolerance_but_a_resume_into_zero_keeps_the_f
     assert weights_task(Cell.from_id("lm-golden-bf16:cpu2-zero3-bf16"), "lm") is None
     assert weights_task(Cell.from_id("lm-cpu2-ddp-bf16:cpu2-zero1-bf16"), "lm") is None
     assert weights_task(Cell.from_id("lm-cpu2-zero3-bf16:cpu2-zero3-bf16"), "lm") is None
+
+
+def test_a_gpu_cell_keeps_the_familys_since_the_entries_were_measured_with_cpu_kernels() -> None:
+    assert weights_task(Cell.from_id("lm-cuda1-single-bf16"), "lm") is None
+    assert weights_task(Cell.from_id("lm-cuda2-zero2-bf16"), "lm") is None
+    assert weights_task(Cell.from_id("lm-cpu1-single-bf16"), "lm") == "lm"
