@@ -85,4 +85,17 @@ SUBTLE_BUGS: tuple[Bug, ...] = (
                  "sqrt(var + eps) (documented: PyTorch BatchNorm1d, \"y = \\frac{x - \\mathrm{E}[x]}"
                  "{\\sqrt{\\mathrm{Var}[x] + \\epsilon}} * \\gamma + \\beta\")",
     ),
+    Bug(
+        name="zero_state_dict_from_half_params",
+        area="zero",
+        file="strategies/deepspeed/state.py",
+        search="            full = safe_get_full_fp32_param(tensor)\n",
+        replace="            full = None  # the gathered 16-bit module parameter, not the fp32 master\n",
+        select="lm-cpu2-zero2-fp16",
+        affects="cpu2-zero and (bf16 or fp16)",
+        imitates="ZeRO's consolidated weights gathered from the engine's 16-bit module parameters and "
+                 "upcast, not from the fp32 master partitions, as save_16bit_model saves them "
+                 "(documented: DeepSpeed's zero_to_fp32.py, \"This script extracts fp32 consolidated "
+                 "weights from a zero 1, 2 and 3 DeepSpeed checkpoints\")",
+    ),
 )

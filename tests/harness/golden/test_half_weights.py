@@ -83,6 +83,7 @@ def test_an_unknown_style_is_refused_with_the_valid_ones() -> None:
         HalfWeights(nn.Linear(1, 1), torch.bfloat16, "deepspeed")
 
 
+@pytest.mark.slow
 @run_if(deepspeed=True, why="the real ZeRO cells the variants must reproduce")
 def test_the_zero_styles_reproduce_real_zero_cells_bit_for_bit(tmp_path) -> None:  # type: ignore[no-untyped-def]
     # sgd_accum accumulates over micro-batches (3, then a short 2) and SGD sees every gradient's
