@@ -86,6 +86,37 @@ SUBTLE_BUGS: tuple[Bug, ...] = (
                  "{\\sqrt{\\mathrm{Var}[x] + \\epsilon}} * \\gamma + \\beta\")",
     ),
     Bug(
+        name="sync_batchnorm_running_var_local_count",
+        area="ddp",
+        file="sync_batchnorm.py",
+        search="        unbiased = var * (count / (count - 1))",
+        replace="        unbiased = var * (local_count / (local_count - 1))",
+        select="batchnorm_sync-cpu2-ddp-fp32",
+        affects="batchnorm_sync and cpu2",
+        imitates="the running variance's unbiased correction n / (n - 1) taken with this process's count "
+                 "instead of the global batch's, so the running statistics (what eval normalises with) are "
+                 "too large by (n_local / (n_local - 1)) / (n / (n - 1)) "
+                 "(pytorch/pytorch#22192: Sync Batchnorm running var update issue, the count passed is "
+                 "the local input's)",
+    ),
+    Bug(
+        name="sync_batchnorm_variance_of_local_means",
+        area="ddp",
+        file="sync_batchnorm.py",
+        search=("            centered = x32 - mean.view(shape)\n"
+                "            squares = (centered * centered).sum(dims)\n"),
+        replace=("            centered = x32 - mean.view(shape)\n"
+                 "            local = x32 - x32.mean(dims).view(shape)  # this process's own mean\n"
+                 "            squares = (local * local).sum(dims)\n"),
+        select="batchnorm_sync-cpu2-ddp-fp32",
+        affects="batchnorm_sync and cpu2",
+        imitates="the global variance taken as the processes' within-rank variances pooled, each around its "
+                 "own local mean, which leaves out the spread between the ranks' means: normalisation and "
+                 "running variance too small "
+                 "(leggedrobotics/rsl_rl#226: local variances cannot be summed directly, that omits the "
+                 "variance caused by different local means)",
+    ),
+    Bug(
         name="zero_state_dict_from_half_params",
         area="zero",
         file="strategies/deepspeed/state.py",
