@@ -57,7 +57,7 @@ def check_exact(report_dir: Path) -> list[ExactCheck]:
         if cell.device != "cpu":
             continue
         task_name = golden_task_of(cell.task)
-        why = _not_modelled(cell, task_name)
+        why = not_modelled(cell, task_name)
         if why:
             out.append(ExactCheck(cell.id, False, why_not_checked=f"not modelled: {why}"))
             continue
@@ -67,7 +67,7 @@ def check_exact(report_dir: Path) -> list[ExactCheck]:
     return out
 
 
-def _not_modelled(cell: Cell, task_name: str) -> str:
+def not_modelled(cell: Cell, task_name: str) -> str:
     """Why no reference follows this cell's computation; empty: one does."""
     if cell.processes == 1:
         return ""

@@ -112,11 +112,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _exact_tier(report_dir: Path, json_path: Path | None) -> int:
-    """Measured, never judged: exit 0 whatever the share of exact cells."""
+    """Measured, never judged here: exit 0 whatever the share of exact cells (`run --exact` judges)."""
+    from harness.calibrate.exact_judge import tier_lines
     from harness.calibrate.exact_tier import check_exact, exact_json, exact_lines
 
     checks = check_exact(report_dir)
-    print("\n".join(exact_lines(checks, report_dir)))
+    print("\n".join(exact_lines(checks, report_dir) + tier_lines(checks)))
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         figures = {"exact_tier": exact_json(checks)}

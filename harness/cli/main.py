@@ -73,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--allow-empty", action="store_true",
                      help="exit 0 even when every selected cell was skipped (default: exit 5, with "
                      "the skip reasons: a run that judged nothing is not a pass)")
+    run.add_argument("--exact", action="store_true",
+                     help="also judge the exact tier: a passing CPU cell whose computation the "
+                     "reduction-order reference follows fails unless its record is bit-identical "
+                     "to it (docs/calibration.md, section 4)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     run.add_argument("--profile", action="store_true",
                      help="print where the run's time went: start-up, each cell phase, judging, "

@@ -246,6 +246,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         compare_records=args.compare_records,
         allow_cpu_fp16_emulation=not args.no_emulation,
         matrix=matrix,
+        exact=args.exact,
     )
     environment = environment_info(env_name)
     if shard is not None:  # which part of the selection this report holds (harness.shard.identity)

@@ -31,3 +31,6 @@ class RunOptions:
     parallel_launches: int = 0
     host: Host | None = None  # tests inject a host; None = probe this machine
     matrix: Matrix | None = None  # already loaded (saves a re-read); None = load matrix_path
+    # Judge the exact tier too (harness.calibrate.exact_judge): a passing cell of it fails unless
+    # its record equals the reduction-order reference bit for bit. Opt-in (`run --exact`).
+    exact: bool = False
