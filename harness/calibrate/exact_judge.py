@@ -27,6 +27,9 @@ from harness.plan.cell import CORE, Cell
 from harness.plan.selection import keyword_matches
 from harness.record.record_format import Record
 
+# The quantity name of an exact-tier comparison: f"{EXACT_PREFIX}{quantity}".
+EXACT_PREFIX = "exact:"
+
 # (-k expression over cell ids, why those cells differ from the reference by an ulp or two)
 EXCLUDED: tuple[tuple[str, str], ...] = (
     ("classifier and cpu2 and fp32",
@@ -61,7 +64,7 @@ def why_not_in_tier(cell: Cell) -> str:
 def exact_comparisons(differing: dict[str, tuple[int, float]]) -> list[Comparison]:
     """One failed comparison (tolerance zero) per quantity that is not bit-identical to the reference."""
     return [
-        Comparison(quantity=f"exact:{name}", ok=False, max_abs_diff=largest, max_rel_diff=math.inf,
+        Comparison(quantity=f"{EXACT_PREFIX}{name}", ok=False, max_abs_diff=largest, max_rel_diff=math.inf,
                    atol=0.0, rtol=0.0, tolerance_used=math.inf,
                    note=f"{elements} element(s) not bit-identical to the reduction-order reference")
         for name, (elements, largest) in differing.items()

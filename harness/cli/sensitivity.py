@@ -26,6 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the results here")
     parser.add_argument("--keep-reports", type=Path, default=None, metavar="DIR",
                         help="keep each entry's run report under DIR/<name>/")
+    parser.add_argument("--exact", action="store_true",
+                        help="judge the control and every trial with the exact tier too (`run "
+                             "--exact`): a cell of the tier catches a bug that leaves it not "
+                             "bit-identical to its reference")
     parser.add_argument("--kill-matrix", action="store_true",
                         help="run each entry on every CPU cell it touches (its `affects`) and report "
                              "caught in N of M cells")
@@ -46,13 +50,15 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
         print(f"error: {exc.args[0]}")
         return EXIT_USAGE
     start = time.monotonic()
-    control = control_run(bugs, timeout_s=args.timeout, keep=args.keep_reports, affected=args.kill_matrix)
+    control = control_run(bugs, timeout_s=args.timeout, keep=args.keep_reports, affected=args.kill_matrix,
+                          exact=args.exact)
     print(control.line(), flush=True)
     if args.kill_matrix:
         return _kill_matrix(bugs, control, args, start)
     trials = []
     for index, bug in enumerate(bugs, 1):
-        trial = try_bug(bug, timeout_s=args.timeout, control=control, keep=args.keep_reports)
+        trial = try_bug(bug, timeout_s=args.timeout, control=control, keep=args.keep_reports,
+                        exact=args.exact)
         trials.append(trial)
         print(f"[{index}/{len(bugs)}] {trial.verdict.upper():<13} {bug.name} ({trial.seconds:.0f} s, "
               f"-k {bug.select}): {trial.detail}", flush=True)
@@ -80,7 +86,7 @@ def _kill_matrix(bugs: list[Any], control: Any, args: argparse.Namespace, start:
 
     rows = []
     for index, bug in enumerate(bugs, 1):
-        row = kill_row(bug, timeout_s=args.timeout, control=control, keep=args.keep_reports)
+        row = kill_row(bug, timeout_s=args.timeout, control=control, keep=args.keep_reports, exact=args.exact)
         rows.append(row)
         print(f"[{index}/{len(bugs)}] {row.line()} ({row.seconds:.0f} s)", flush=True)
     print()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.calibrate.exact_judge import EXACT_PREFIX
 from harness.sensitivity.bug import Bug, CatalogError, patched_copy
 from harness.sensitivity.trial import JUDGED_FAILURES, Control, closest_comparison, run_cells
 
@@ -39,6 +40,9 @@ class KillRow:
     # caught cell -> its effect: the largest share of a tolerance among its comparisons (inf for
     # a catch on evidence, or on a shape or dtype no tolerance can bridge)
     effect: dict[str, float] = field(default_factory=dict)
+    # caught cells whose only failing comparisons were the exact tier's (`--exact`): inside every
+    # tolerance, seen only because the cell is not bit-identical to its reference
+    exact_only: list[str] = field(default_factory=list)
     error: str = ""  # a catalog error (the patch did not apply, nothing ran)
     seconds: float = 0.0
 
@@ -74,6 +78,8 @@ class KillRow:
             within = f", under {SUBTLE_BELOW:g}x in {self.caught_within} of {len(self.caught)}" \
                 if self.caught_within and not self.subtle else ""
             extras.append(f"effect {strongest}{within}")
+        if self.exact_only:
+            extras.append(f"{len(self.exact_only)} by the exact tier alone")
         return text + (f" ({'; '.join(extras)})" if extras else "") + f", -k {self.bug.affected!r}"
 
     def to_json(self) -> dict[str, Any]:
@@ -82,6 +88,7 @@ class KillRow:
                 "effect": {cell: (None if value == float("inf") else round(value, 3))
                            for cell, value in self.effect.items()},
                 "subtle": self.subtle, "caught_within_10x": self.caught_within,
+                "caught_by_exact_tier_alone": self.exact_only,
                 "error": self.error, "seconds": round(self.seconds, 1)}
 
 
@@ -97,6 +104,8 @@ def judge_cells(bug: Bug, report: dict[str, Any], control: Control) -> KillRow:
         elif status == "failed" and cell.get("failure") in JUDGED_FAILURES:
             row.caught.append(cell["id"])
             row.effect[cell["id"]] = catch_effect(cell)
+            if caught_by_the_exact_tier_alone(cell):
+                row.exact_only.append(cell["id"])
         elif status == "passed":
             row.missed[cell["id"]] = closest_comparison(cell)[1]
         else:
@@ -125,12 +134,20 @@ def _share(value: Any) -> float:
     return share if math.isfinite(share) else float("inf")
 
 
-def kill_row(bug: Bug, *, timeout_s: float, control: Control, keep: Path | None = None) -> KillRow:
+def caught_by_the_exact_tier_alone(cell: dict[str, Any]) -> bool:
+    """A failed cell every one of whose failing comparisons is the exact tier's (`exact:...`)."""
+    failing = [c["quantity"] for c in cell.get("comparisons", []) if not c.get("ok", True)]
+    return bool(failing) and all(q.startswith(EXACT_PREFIX) for q in failing)
+
+
+def kill_row(bug: Bug, *, timeout_s: float, control: Control, keep: Path | None = None,
+             exact: bool = False) -> KillRow:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"kill-{bug.name}-") as tmp:
         try:
             workdir = patched_copy(bug, Path(tmp))
-            report = run_cells(f"kill-{bug.name}", bug.affected, workdir, timeout_s, keep, isolate=False)
+            report = run_cells(f"kill-{bug.name}", bug.affected, workdir, timeout_s, keep, isolate=False,
+                               exact=exact)
             row = judge_cells(bug, report, control)
         except CatalogError as exc:
             row = KillRow(bug, error=str(exc))

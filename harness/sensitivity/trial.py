@@ -71,30 +71,32 @@ class Control:
 
 
 def control_run(bugs: list[Bug], *, timeout_s: float, keep: Path | None = None,
-                affected: bool = False) -> Control:
+                affected: bool = False, exact: bool = False) -> Control:
     """Every cell the entries select, on an unpatched copy of the core, through the same
     `python -m harness run` as a trial, but with the cells of one launch shape sharing a launch
     (a trial isolates its cells only so that a failure gets no confirming rerun; a cell's record
     does not depend on the cells before it in its launch: tests/harness/run/test_cell_isolation.py).
     One launch per shape instead of one per cell: the control is the whole catalog's cells.
-    With `affected`, the cells each entry touches (the kill matrix) rather than its selection."""
+    With `affected`, the cells each entry touches (the kill matrix) rather than its selection;
+    with `exact`, judged with the exact tier too (`run --exact`), as the trials then are."""
     start = time.monotonic()
     selection = " or ".join(f"({bug.affected if affected else bug.select})" for bug in bugs)
     with tempfile.TemporaryDirectory(prefix="sensitivity-control-") as tmp:
         workdir = core_copy(Path(tmp))
-        report = run_cells("control", selection, workdir, timeout_s, keep, isolate=False)
+        report = run_cells("control", selection, workdir, timeout_s, keep, isolate=False, exact=exact)
     statuses = {c["id"]: c["status"] for c in report.get("cells", []) if c.get("status") != "skipped"}
     return Control(statuses, time.monotonic() - start)
 
 
-def try_bug(bug: Bug, *, timeout_s: float, control: Control, keep: Path | None = None) -> Trial:
+def try_bug(bug: Bug, *, timeout_s: float, control: Control, keep: Path | None = None,
+            exact: bool = False) -> Trial:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"sensitivity-{bug.name}-") as tmp:
         workdir = Path(tmp)
         try:
             patched_copy(bug, workdir)
             _refuse_unproven_before_running(bug, control)
-            report = run_cells(bug.name, bug.select, workdir, timeout_s, keep)
+            report = run_cells(bug.name, bug.select, workdir, timeout_s, keep, exact=exact)
             verdict, detail, cells = _verdict(bug, report, workdir, control)
         except CatalogError as exc:
             return Trial(bug, "catalog_error", time.monotonic() - start, str(exc))
@@ -122,7 +124,7 @@ def _refuse_unproven_before_running(bug: Bug, control: Control) -> None:
 
 
 def run_cells(name: str, select: str, workdir: Path, timeout_s: float, keep: Path | None, *,
-               isolate: bool = True) -> dict[str, Any]:
+               isolate: bool = True, exact: bool = False) -> dict[str, Any]:
     report_dir = (keep / name) if keep is not None else workdir / "report"
     env = dict(os.environ)
     # The copy first: the working directory is first on the path of `python -m` and `-c`
@@ -132,7 +134,8 @@ def run_cells(name: str, select: str, workdir: Path, timeout_s: float, keep: Pat
     # (the catalog asks whether a bug is seen at all; a flaky catch would show as a miss on the
     # next run of the catalog, which CI repeats on every push).
     command = [sys.executable, "-m", "harness", "run", "-k", select, "--report-dir", str(report_dir),
-               "--overwrite", "-q", *(["--isolate"] if isolate else []), "--timeout", str(timeout_s)]
+               "--overwrite", "-q", *(["--isolate"] if isolate else []), *(["--exact"] if exact else []),
+               "--timeout", str(timeout_s)]
     done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, check=False)
     report = ReportDir(report_dir).report_json
     if not report.is_file():

@@ -78,6 +78,25 @@ def test_a_catch_keeps_its_effect_and_an_entry_is_subtle_only_under_10x_wherever
             in summary_lines([subtle, loud])[2])
 
 
+def test_a_catch_by_the_exact_tier_alone_is_counted_apart() -> None:
+    """Under `--exact` a cell inside every tolerance can fail on its `exact:` comparisons only; such
+    catches are named apart from those a tolerance made, and are never counted as small effects."""
+    control = Control({f"{t}-cpu2-ddp-fp32": "passed" for t in "abc"}, 1.0)
+    exact_only = _cell("a-cpu2-ddp-fp32", "failed", "divergence", used=0.4)
+    exact_only["comparisons"] = [  # type: ignore[index]
+        {"quantity": "eval/logits", "ok": True, "tolerance_used": 0.4},
+        {"quantity": "exact:eval/logits", "ok": False, "tolerance_used": "inf"}]
+    both = _cell("b-cpu2-ddp-fp32", "failed", "divergence", used=3.0)
+    both["comparisons"] = [  # type: ignore[index]
+        {"quantity": "eval/logits", "ok": False, "tolerance_used": 3.0},
+        {"quantity": "exact:eval/logits", "ok": False, "tolerance_used": "inf"}]
+    row = judge_cells(_BUG, {"cells": [exact_only, both, _cell("c-cpu2-ddp-fp32", "passed")]}, control)
+    assert row.caught == ["a-cpu2-ddp-fp32", "b-cpu2-ddp-fp32"]
+    assert row.exact_only == ["a-cpu2-ddp-fp32"]
+    assert "1 by the exact tier alone" in row.line() and not row.subtle
+    assert row.to_json()["caught_by_exact_tier_alone"] == ["a-cpu2-ddp-fp32"]
+
+
 def test_an_entry_caught_nowhere_is_counted_and_a_run_of_nothing_is_a_catalog_error() -> None:
     control = Control({"a-cpu2-ddp-fp32": "passed"}, 1.0)
     missed = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "passed")]}, control)
