@@ -25,6 +25,7 @@ from harness.calibrate.reduction_order import (
     reduction_order_reference,
 )
 from harness.calibrate.variants import splits_change_the_math
+from harness.golden.global_rng import GLOBAL_RNG_LOCK
 from harness.judge.cell_verdict import golden_task_of
 from harness.layout.report_dir import ReportDir
 from harness.plan.cell import Cell
@@ -72,7 +73,10 @@ def not_modelled(cell: Cell, task_name: str) -> str:
     if cell.processes == 1:
         return ""
     perturbation = reduction_order_perturbation(cell)
-    model = get_task(task_name).build_model()
+    # Under the process's RNG lock: building a model seeds torch's global RNG, and under `run
+    # --exact` this runs in a judging thread beside others that hash a task's initial weights.
+    with GLOBAL_RNG_LOCK:
+        model = get_task(task_name).build_model()
     split = splits_change_the_math(model, ignore_batchnorm=perturbation.sync_batchnorm)
     if split:
         return split

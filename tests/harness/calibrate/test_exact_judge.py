@@ -101,3 +101,30 @@ def test_the_measurement_names_members_that_are_not_exact_on_this_machine() -> N
     assert lines[0] == ("judged tier (run --exact): 1 of its 2 measured members bit-identical here; NOT "
                         "exact here, so --exact would fail them: lm-cpu2-zero3-fp16")
     assert lines[1] == "exact here but outside the tier: classifier-cpu2-ddp-fp32"
+
+
+def test_deciding_the_tier_in_a_judging_thread_leaves_other_threads_initial_weights_alone() -> None:
+    """The runner judges cells in parallel threads; deciding whether a 2-process cell is modelled
+    builds its task's model, which seeds torch's global RNG. Without the process's RNG lock, another
+    thread hashing a task's initial weights (every golden load does) got wrong hashes: 873 of 1059
+    here, and a real `--exact` kill-matrix run refused a golden for it."""
+    import threading
+
+    from harness.golden.golden_store import _identity
+
+    lm = get_task("lm")
+    expected = _identity(lm)[2]
+    done = threading.Event()
+
+    def decide() -> None:
+        while not done.is_set():
+            why_not_in_tier(Cell.from_id("lm-cpu2-ddp-bf16"))
+
+    worker = threading.Thread(target=decide)
+    worker.start()
+    try:
+        hashes = [_identity(lm)[2] for _ in range(200)]
+    finally:
+        done.set()
+        worker.join()
+    assert hashes == [expected] * 200
