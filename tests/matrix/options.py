@@ -11,6 +11,8 @@ the default. Both reach pytest-xdist's workers unchanged (workers get the contro
   --matrix-implementation NAMES  MATRIX_IMPLEMENTATION  whose cells become items: comma-separated
                                                implementations, or "all" (default: core, as
                                                `python -m harness run`; docs/implementations.md)
+  --matrix-exact            MATRIX_EXACT       judge the exact tier too, as `harness run --exact`
+                                               (the variable: 1/true/yes or 0/false/no; default off)
 
 Registered by tests/conftest.py (pytest reads options only from plugins and the conftest files it
 loads at startup, and `pytest tests` does not load tests/matrix/conftest.py that early). Kept free
@@ -37,7 +39,9 @@ OPTIONS = {
     "matrix_timeout": ("--matrix-timeout", "MATRIX_TIMEOUT"),
     "matrix_file": ("--matrix-file", "MATRIX_FILE"),
     "matrix_implementation": ("--matrix-implementation", "MATRIX_IMPLEMENTATION"),
+    "matrix_exact": ("--matrix-exact", "MATRIX_EXACT"),
 }
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -55,6 +59,8 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--matrix-implementation", dest="matrix_implementation", metavar="NAMES", default=None,
                     help="whose cells become items: comma-separated implementations or 'all' (env "
                          "MATRIX_IMPLEMENTATION; default: core)")
+    group.addoption("--matrix-exact", dest="matrix_exact", action="store_const", const="1", default=None,
+                    help="judge the exact tier too, as `python -m harness run --exact` (env MATRIX_EXACT=1)")
 
 
 def _given(config: pytest.Config | None, dest: str) -> str | None:
@@ -80,6 +86,17 @@ def _timeout(config: pytest.Config | None) -> float:
     return seconds
 
 
+def _exact(config: pytest.Config | None) -> bool:
+    given = _given(config, "matrix_exact")
+    if given is None or given.lower() in _FALSE:
+        return False
+    if given.lower() in _TRUE:
+        return True
+    flag, variable = OPTIONS["matrix_exact"]
+    raise pytest.UsageError(f"{variable}: {given!r} is not a yes or no. Valid: {', '.join(_TRUE + _FALSE)}. "
+                            f"Fix: {variable}=1, or the flag {flag}")
+
+
 @dataclass(frozen=True)
 class MatrixSettings:
     env: str
@@ -87,6 +104,7 @@ class MatrixSettings:
     timeout_s: float
     file: Path | None  # None: matrix/matrix.toml
     implementations: frozenset[str] = frozenset({"core"})  # {"all"}: every implementation's cells
+    exact: bool = False  # judge the exact tier too (harness run --exact)
 
     @classmethod
     def of(cls, config: pytest.Config | None = None) -> MatrixSettings:
@@ -99,4 +117,5 @@ class MatrixSettings:
                    report_dir=Path(report_dir) if report_dir else REPO_ROOT / "reports" / "pytest" / env,
                    timeout_s=_timeout(config),
                    file=Path(file) if file else None,
-                   implementations=frozenset(n.strip() for n in implementations.split(",") if n.strip()))
+                   implementations=frozenset(n.strip() for n in implementations.split(",") if n.strip()),
+                   exact=_exact(config))

@@ -86,6 +86,7 @@ class MatrixSession:
             timeout_s=self.settings.timeout_s,
             env_name=self.settings.env,
             matrix=self.matrix,
+            exact=self.settings.exact,
         )
         try:
             return run_cells(cells, options)

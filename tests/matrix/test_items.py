@@ -74,7 +74,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], en
     others unset), in this process: the plugin that saw the selection, and the output."""
     selected = _Selected()
     with monkeypatch.context() as patch, _fresh_imports(_FRESH_MODULES):
-        for variable in ("MATRIX_ENV", "MATRIX_REPORT_DIR", "MATRIX_TIMEOUT", "MATRIX_FILE"):
+        for variable in ("MATRIX_ENV", "MATRIX_REPORT_DIR", "MATRIX_TIMEOUT", "MATRIX_FILE", "MATRIX_EXACT"):
             patch.delenv(variable, raising=False)
         for variable, value in environ.items():
             patch.setenv(variable, value)
@@ -226,6 +226,26 @@ def test_a_timeout_that_is_not_a_positive_number_is_a_usage_error(
                      expect=pytest.ExitCode.USAGE_ERROR)
     assert f"--matrix-timeout / MATRIX_TIMEOUT: {value!r} is not a number of seconds" in output
     assert "Fix: --matrix-timeout 300" in output
+
+
+@pytest.mark.parametrize(("environ", "args", "exact"), [
+    ({}, (), False), ({"MATRIX_EXACT": "1"}, (), True), ({"MATRIX_EXACT": "no"}, (), False),
+    ({"MATRIX_EXACT": "0"}, ("--matrix-exact",), True),  # the flag beats the variable
+])
+def test_the_exact_tier_is_off_unless_asked_for(
+    environ: dict[str, str], args: tuple[str, ...], exact: bool, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    selected, _ = _run(monkeypatch, capsys, environ, "--collect-only", *args)
+    assert selected.settings is not None and selected.settings.exact is exact
+
+
+def test_an_exact_variable_that_is_not_a_yes_or_no_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, output = _run(monkeypatch, capsys, {"MATRIX_EXACT": "maybe"}, "--collect-only",
+                     expect=pytest.ExitCode.USAGE_ERROR)
+    assert "MATRIX_EXACT: 'maybe' is not a yes or no" in output and "Fix: MATRIX_EXACT=1" in output
 
 
 @pytest.mark.slow
