@@ -5,10 +5,11 @@ tolerance would let a bug of up to 1e-5 through.
 
 The tier is the cells whose computation a reference follows (exact_tier.not_modelled) less the
 kinds listed in EXCLUDED: their backend sums in an order the reference does not follow, so they
-differ from it by an ulp or two with no bug at all. That list is a measurement, not a guess: on two
-AMD EPYC generations (AVX2 only; AVX-512), natively, with the measuring process started at one
-intra-op thread and with cells and measurement capped at AVX2, the same 128 of 157 passing CPU cells
-were bit-identical and exactly these 29 were not (docs/calibration.md, section 4). Opt-in because
+differ from it by an ulp or two with no bug at all. That list is a measurement, not a guess: on an
+AMD EPYC with AVX-512, natively, with the measuring process started at one intra-op thread and with
+cells and measurement capped at AVX2, the same 128 of 157 passing CPU cells were bit-identical and
+exactly these 29 were not; an AVX2-only EPYC gave the same counts per precision, with the same kinds
+of cell differing (docs/calibration.md, section 4). Opt-in because
 it has not been measured on an Intel CPU since the reference learnt to average the ranks' losses as
 reduce(mean) does: `python -m harness calibrate --exact-tier DIR` there says whether it holds.
 """
