@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from harness.calibrate.exact_judge import judge_exactly
 from harness.judge.cell_verdict import judge_record
 from harness.judge.outcome import Failure, Status
 from harness.plan.cell import Cell
@@ -34,7 +33,9 @@ def judging(run: RunContext, by_id: dict[str, Cell], records_dir: Path | None = 
             matrix=run.matrix,
             compare_dir=other,
         )
-        if run.options.exact:
+        if run.options.exact:  # imported only when asked for: the reference stays out of a plain run
+            from harness.calibrate.exact_judge import judge_exactly
+
             result = judge_exactly(result, records / cell_id)
         if run.options.compare_records is not None:  # how the numbers moved against the other env
             note_record_change(run.options.compare_records, run.matrix, cell, result, records / cell_id)
