@@ -3,15 +3,19 @@ then the detection thresholds against their goals."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.calibrate.against_cells import CellCheck
+from harness.calibrate.exact_thresholds import ExactThreshold
 from harness.calibrate.study import Study
 from harness.calibrate.thresholds import Threshold
 from harness.calibrate.variants import VARIANTS
 
 
-def lines(study: Study) -> list[str]:
+def lines(study: Study, exact: Sequence[ExactThreshold] = ()) -> list[str]:
+    """`exact`: the rows of study.in_force again, as `run --exact` judges their cells (one per row,
+    in the same order), or none: the column is left out."""
     out = ["benign noise: the plain reference under each variant, against the goldens",
            *(f"  {v.name:<24} {', '.join(v.families)}: {v.why}" for v in VARIANTS), "",
            f"{'entry':<24} {'worst need':>10}  {'in force':>8}  {'proposed':>8}  {'ratio':>6}  from",
@@ -28,11 +32,15 @@ def lines(study: Study) -> list[str]:
                 "as its weakest backend computes it (golden: the golden's loop, as single and DDP do; the "
                 "others: the variants of that name)",
                 f"{'task':<12} {'precision':<9} {'family':<6} {'in force':>10}  {'weakest':<21} "
-                f"{'calibrated':>10}  caught by (calibrated)"]
-        for now, tight in zip(study.in_force, study.calibrated, strict=True):
+                f"{'calibrated':>10}  {'--exact' if exact else '':>10}  caught by (calibrated)"]
+        columns: Sequence[ExactThreshold | None] = exact or [None] * len(study.in_force)
+        for now, tight, judged in zip(study.in_force, study.calibrated, columns, strict=True):
             out.append(f"{now.task:<12} {now.precision:<9} {now.family:<6} {_error(now):>10}  "
-                       f"{now.semantics:<21} {_error(tight):>10}  {_caught(tight)}")
+                       f"{now.semantics:<21} {_error(tight):>10}  {_exact_error(judged):>10}  "
+                       f"{_caught(tight)}")
         out += ["", summary(study)]
+        if exact:
+            out += exact_details(exact)
     return out
 
 
@@ -45,7 +53,32 @@ def summary(study: Study) -> str:
     return f"in force: {met(study.in_force)}; calibrated per task: {met(study.calibrated)}"
 
 
-def _error(threshold: Threshold) -> str:
+def exact_details(exact: Sequence[ExactThreshold]) -> list[str]:
+    """What the --exact column means, its count, and the cell and quantity behind each row."""
+    rows = [t for t in exact if t.passing]
+    out = ["", "--exact: the same rows as `python -m harness run --exact` judges their passing CPU cells "
+           "(a member of the exact tier fails once any bit moves; a cell outside it keeps its tolerance, "
+           "the row's in force; <=1e-7: caught at the smallest e tried)",
+           f"with --exact: {sum(t.meets_goal for t in rows)} of {len(rows)} rows with a passing cell meet "
+           f"the goal ({len(exact) - len(rows)} rows have none: every cell of theirs is a declared failure)"]
+    for t in exact:
+        where = (f"{t.members} of {t.passing} passing cells judged exactly; weakest {t.weakest}: "
+                 f"{t.caught_by}" if t.passing else t.caught_by)
+        out.append(f"  {t.task:<12} {t.precision:<5} {t.family:<6} {_exact_error(t):>10}  {where}")
+    return out
+
+
+def _exact_error(threshold: ExactThreshold | None) -> str:
+    if threshold is None:
+        return ""
+    if not threshold.passing:
+        return "no cell"
+    if threshold.at_most:
+        return "<=1e-7"
+    return _error(threshold)
+
+
+def _error(threshold: Threshold | ExactThreshold) -> str:
     if threshold.error is None:
         return "unseen"
     mark = "" if threshold.meets_goal else " !"

@@ -21,7 +21,7 @@ table says so rather than calling the tolerance loose.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -96,6 +96,14 @@ def _threshold(task: Task, precision: str, family: str, inputs: ReferenceInputs,
     if unperturbed is not None:  # the reference itself leaves the tolerance: nothing to bisect
         return Threshold(task.name, precision, family, 0.0, f"{unperturbed} (unperturbed)", invariant,
                          semantics.name)
+    failing, caught_by = smallest_failing_error(fails)
+    return Threshold(task.name, precision, family, failing, caught_by, invariant, semantics.name)
+
+
+def smallest_failing_error(fails: Callable[[float], str | None]) -> tuple[float | None, str]:
+    """The smallest e at which `fails(e)` names a failure (and that failure), by decades from
+    1e-7 then six halvings of the decade in log; (None, why) if nothing fails at e = 1.
+    `fails(0.0)` is the caller's to check first: a failure there is no threshold."""
     passing, failing, caught_by = 0.0, None, ""
     for error in DECADES:
         found = fails(error)
@@ -104,8 +112,7 @@ def _threshold(task: Task, precision: str, family: str, inputs: ReferenceInputs,
             break
         passing = error
     if failing is None:
-        why = "no quantity moved out of tolerance at e = 1"
-        return Threshold(task.name, precision, family, None, why, invariant, semantics.name)
+        return None, "no quantity moved out of tolerance at e = 1"
     low = max(passing, failing / 10)
     for _ in range(BISECTIONS):
         middle = math.sqrt(low * failing)
@@ -114,7 +121,7 @@ def _threshold(task: Task, precision: str, family: str, inputs: ReferenceInputs,
             low = middle
         else:
             failing, caught_by = middle, found
-    return Threshold(task.name, precision, family, failing, caught_by, invariant, semantics.name)
+    return failing, caught_by
 
 
 def _output_dtype(semantics: Perturbation, precision: str) -> torch.dtype | None:

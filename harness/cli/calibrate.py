@@ -53,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from harness.calibrate.against_cells import check_cells
     from harness.calibrate.calibrated import SAFETY_FACTOR, task_tolerances
+    from harness.calibrate.exact_thresholds import cpu_environment, exact_json, exact_thresholds
     from harness.calibrate.report import check_lines, lines
     from harness.calibrate.study import run_study
     from harness.calibrate.weights_file import below_noise
@@ -93,8 +94,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     study = run_study(args.task or owned, args.precision or list(PRECISIONS), matrix.tolerances, safety,
                       thresholds=not args.no_thresholds)
-    print("\n".join(lines(study)))
-    figures = study.to_json()
+    exact = exact_thresholds(study.in_force, matrix, cpu_environment(matrix))
+    print("\n".join(lines(study, exact)))
+    figures = {**study.to_json(), "thresholds_exact": [exact_json(t) for t in exact]}
 
     if args.check_records is not None:
         checks = check_cells(args.check_records, task_tolerances(study.needs, matrix.tolerances, safety))

@@ -93,6 +93,11 @@ def test_the_command_prints_both_tables_and_writes_the_figures(tmp_path: Path,
     assert "bf16.zero.eval" in text and "detection thresholds" in text and "scalar" in text
     figures = json.loads(out.read_text())
     assert figures["needs"] and len(figures["thresholds_in_force"]) == 2  # plain and zero
+    # the same rows as `run --exact` judges them (tests/harness/calibrate/test_exact_thresholds.py)
+    assert "with --exact:" in text
+    exact = figures["thresholds_exact"]
+    assert [(r["task"], r["family"]) for r in exact] == [("scalar", "plain"), ("scalar", "zero")]
+    assert all(r["passing"] > 0 and r["error"] is not None for r in exact)
 
 
 def test_a_task_without_its_own_golden_is_refused_with_the_valid_ones(
