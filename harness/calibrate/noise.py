@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from harness.calibrate.variants import variants_for
+from harness.calibrate.child_reference import child_records
+from harness.calibrate.variants import Variant, variants_for
 from harness.golden.golden_store import load_golden
 from harness.golden.reference import ReferenceInputs, train_reference
 from harness.plan.tolerances import QUANTITY_KINDS, ToleranceTable
@@ -29,6 +30,9 @@ class Need:
     where: str  # the quantity that needs it
     max_abs: float = 0.0  # the worst |run - golden| of the kind (the atol that would pass at rtol 0)
     max_abs_where: str = ""  # the quantity it was reached on
+    # A variant run in a child process: the CPU capability its torch reported (e.g. "AVX2" under
+    # the AVX2 caps); "" for one run in this process
+    ran_with: str = ""
 
 
 def quantities(record: Record, golden: Record) -> list[tuple[str, str, torch.Tensor, torch.Tensor]]:
@@ -53,8 +57,11 @@ def relative_difference(run: torch.Tensor, golden: torch.Tensor) -> float:
 
 
 def measure(tasks: Iterable[str], precisions: Iterable[str], table: ToleranceTable) -> list[Need]:
-    """One Need per task x precision x variant x family x kind: the worst element of that kind."""
+    """One Need per task x precision x variant x family x kind: the worst element of that kind.
+    The variants that need a child process (capped kernels) run there, every task x precision in
+    one child per variant."""
     out: list[Need] = []
+    in_child: dict[Variant, list[tuple[str, str]]] = {}
     for name in tasks:
         task = get_task(name)
         inputs = ReferenceInputs.of(task)
@@ -62,10 +69,23 @@ def measure(tasks: Iterable[str], precisions: Iterable[str], table: ToleranceTab
         for precision in precisions:
             golden = load_golden(name, precision)
             for variant in variants_for(precision, model):
+                if variant.environment:
+                    in_child.setdefault(variant, []).append((name, precision))
+                    continue
                 record = train_reference(task, precision, inputs=inputs, perturbation=variant.perturbation)
-                for family in variant.families:
-                    out += _needs(record, golden, table, precision, family, variant.name, name)
+                out += _variant_needs(record, golden, table, precision, variant, name)
+    for variant, pairs in in_child.items():
+        ran = child_records(pairs, dict(variant.environment))
+        for (name, precision), record in ran.records.items():
+            out += [replace(need, ran_with=ran.cpu_capability) for need in
+                    _variant_needs(record, load_golden(name, precision), table, precision, variant, name)]
     return out
+
+
+def _variant_needs(record: Record, golden: Record, table: ToleranceTable, precision: str, variant: Variant,
+                   task: str) -> list[Need]:
+    return [need for family in variant.families
+            for need in _needs(record, golden, table, precision, family, variant.name, task)]
 
 
 def _needs(record: Record, golden: Record, table: ToleranceTable, precision: str, family: str,

@@ -17,7 +17,8 @@ def lines(study: Study, exact: Sequence[ExactThreshold] = ()) -> list[str]:
     """`exact`: the rows of study.in_force again, as `run --exact` judges their cells (one per row,
     in the same order), or none: the column is left out."""
     out = ["benign noise: the plain reference under each variant, against the goldens",
-           *(f"  {v.name:<24} {', '.join(v.families)}: {v.why}" for v in VARIANTS), "",
+           *(f"  {v.name:<24} {', '.join(v.families)}: {v.why}{_ran_with(study, v.name)}"
+             for v in VARIANTS), "",
            f"{'entry':<24} {'worst need':>10}  {'in force':>8}  {'proposed':>8}  {'ratio':>6}  from",
            f"{'':<24} {'(atol)':>10}  {'':>8}  {f'({study.safety:g}x)':>8}"]
     for p in study.proposals:
@@ -42,6 +43,16 @@ def lines(study: Study, exact: Sequence[ExactThreshold] = ()) -> list[str]:
         if exact:
             out += exact_details(exact)
     return out
+
+
+def _ran_with(study: Study, variant: str) -> str:
+    """For a variant run in a child process: what its torch reported, against this process's."""
+    seen = sorted({n.ran_with for n in study.needs if n.variant == variant and n.ran_with})
+    if not seen:
+        return ""
+    import torch
+
+    return f" (here: its torch ran {', '.join(seen)}; this process {torch.backends.cpu.get_cpu_capability()})"
 
 
 def summary(study: Study) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from harness.calibrate.child_reference import AVX2_KERNELS
 from harness.golden.half_weights import DEEPSPEED_STYLES
 from harness.golden.reference import Perturbation
 from harness.plan.cell import PRECISIONS
@@ -21,6 +22,9 @@ class Variant:
     families: tuple[str, ...]  # tolerance families (harness.plan.tolerances.FAMILIES values)
     precisions: tuple[str, ...]
     why: str
+    # Set: the reference runs in a child process with these variables added to its environment
+    # (harness.calibrate.child_reference): what cannot change inside a running torch
+    environment: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -31,6 +35,10 @@ VARIANTS: tuple[Variant, ...] = (
     Variant(Perturbation(name="this_machine"), ("plain", "zero"), PRECISIONS,
             "the reference as a cell's process runs it: this CPU's kernels, oneDNN on, against goldens "
             "made in the deterministic mode (possibly on another CPU)"),
+    Variant(Perturbation(name="avx2_kernels"), ("plain", "zero"), PRECISIONS,
+            "the reference in a child process with torch, oneDNN and MKL capped at AVX2: on a CPU with "
+            "AVX-512 (or AMX, native fp16) other kernels, so other sums and roundings; on an AVX2-only CPU "
+            "the same bits as this_machine", environment=AVX2_KERNELS),
     Variant(Perturbation(splits=2, name="two_ranks"), ("plain", "zero"), PRECISIONS,
             "each global batch as two ranks' halves, their gradients averaged: other sums, and in "
             "half precision each half's matmuls rounded apart"),
