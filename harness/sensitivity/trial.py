@@ -123,9 +123,16 @@ def _refuse_unproven_before_running(bug: Bug, control: Control) -> None:
                            f"(unpatched: {', '.join(control.statuses[c] for c in failing)})")
 
 
+def report_dir_for(name: str, workdir: Path, keep: Path | None) -> Path:
+    """Where a run of `name` writes its report: under `keep` (--keep-reports) when given, resolved
+    against this process's working directory, since the run itself starts in `workdir` (a relative
+    `keep` made the run write into the temporary copy, and the report was looked for in vain)."""
+    return (keep.resolve() / name) if keep is not None else workdir / "report"
+
+
 def run_cells(name: str, select: str, workdir: Path, timeout_s: float, keep: Path | None, *,
                isolate: bool = True, exact: bool = False) -> dict[str, Any]:
-    report_dir = (keep / name) if keep is not None else workdir / "report"
+    report_dir = report_dir_for(name, workdir, keep)
     env = dict(os.environ)
     # The copy first: the working directory is first on the path of `python -m` and `-c`
     # processes (the runner's launcher and every rank), PYTHONPATH for anything else.

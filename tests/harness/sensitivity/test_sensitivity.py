@@ -81,11 +81,30 @@ def test_the_repository_core_is_never_patched(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def control() -> Control:
+def kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the control keeps its report (--keep-reports), given as a relative path."""
+    return tmp_path_factory.mktemp("sensitivity-caller")
+
+
+@pytest.fixture(scope="module")
+def control(kept: Path) -> Control:
     """The fast subset's cells on an unpatched copy of the core, run as the trials run them: a
-    catch counts only on a cell that passed here (harness.sensitivity.trial)."""
+    catch counts only on a cell that passed here (harness.sensitivity.trial). Its report is kept
+    under a path relative to the caller's directory, as `--keep-reports reports/sensitivity` is in
+    the scheduled CI job."""
     bugs = [bug for bug in by_name(FAST) if bug.name not in _NEEDS_DEEPSPEED or is_deepspeed_available()]
-    return control_run(bugs, timeout_s=180)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(kept)
+        return control_run(bugs, timeout_s=180, keep=Path("reports") / "sensitivity")
+
+
+@pytest.mark.slow
+def test_a_relative_keep_reports_path_is_the_callers_not_the_patched_copys(kept: Path,
+                                                                          control: Control) -> None:
+    """The run starts in the temporary copy of the core: a relative --keep-reports resolved there
+    wrote the report into the copy, and the catalog stopped at its control ("wrote no report")."""
+    assert control.statuses, control.line()
+    assert (kept / "reports" / "sensitivity" / "control" / "report.json").is_file()
 
 
 def test_a_cell_that_fails_unpatched_cannot_catch_a_bug(tmp_path: Path) -> None:
