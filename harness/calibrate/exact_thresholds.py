@@ -7,8 +7,10 @@ reduction-order reference, and a passing member *is* that reference, bit for bit
 membership means, measured on every CPU the tier was measured on (docs/calibration.md, section 4).
 So the member with the bug is the reference run with the same gradient error, and it fails once
 any quantity differs from the unperturbed reference's bits. A passing cell outside the tier keeps
-its tolerance comparison alone: it is given the row's threshold in force (its family's weakest
-backend's, so never lower than that cell's own). A row's threshold is its weakest passing cell's;
+its tolerance comparison alone: it is given the row's threshold in force, as the family's
+backends compute it (harness.calibrate.variants.cell_semantics; such a cell is not simulated on
+its own, e.g. a synchronised-BatchNorm cell gets its task's golden-loop figure). A row's threshold
+is its weakest passing cell's;
 a row whose cells are all declared failures (matrix.toml [[expected]]) has no passing cell to
 catch anything.
 """
