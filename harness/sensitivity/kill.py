@@ -51,20 +51,27 @@ class KillRow:
         return len(self.caught) + len(self.missed) + len(self.broke)
 
     @property
+    def tolerance_effects(self) -> list[float]:
+        """The effects of the catches a tolerance (or evidence) made. A catch by the exact tier
+        alone stayed inside every tolerance: it says nothing about how tight they are, so it
+        counts neither as a small effect nor as a large one."""
+        return [value for cell, value in self.effect.items() if cell not in self.exact_only]
+
+    @property
     def largest_effect(self) -> float:
-        """The strongest catch, in multiples of the tolerance (0.0 when caught nowhere)."""
-        return max(self.effect.values(), default=0.0)
+        """The strongest catch a tolerance made, in multiples of it (0.0 when it made none)."""
+        return max(self.tolerance_effects, default=0.0)
 
     @property
     def caught_within(self) -> int:
         """How many of its caught cells it moved by less than SUBTLE_BELOW times the tolerance:
         those cells' tolerances are what stops a bug of this size."""
-        return sum(1 for value in self.effect.values() if value < SUBTLE_BELOW)
+        return sum(1 for value in self.tolerance_effects if value < SUBTLE_BELOW)
 
     @property
     def subtle(self) -> bool:
-        """Caught, and only within SUBTLE_BELOW times the tolerance wherever caught."""
-        return bool(self.caught) and self.largest_effect < SUBTLE_BELOW
+        """Caught by a tolerance, and only within SUBTLE_BELOW times it wherever a tolerance caught it."""
+        return bool(self.tolerance_effects) and self.largest_effect < SUBTLE_BELOW
 
     def line(self) -> str:
         if self.error:
@@ -72,7 +79,7 @@ class KillRow:
         text = f"{self.bug.name}: caught in {len(self.caught)} of {self.affected} affected cells"
         extras = [f"{len(self.broke)} raised or crashed"] if self.broke else []
         extras += [f"{len(self.unproven)} not counted (did not pass in the control)"] if self.unproven else []
-        if self.caught:
+        if self.tolerance_effects:
             strongest = "on evidence or shape" if self.largest_effect == float("inf") else \
                 f"at most {self.largest_effect:.3g}x the tolerance" + (" (subtle)" if self.subtle else "")
             within = f", under {SUBTLE_BELOW:g}x in {self.caught_within} of {len(self.caught)}" \
@@ -117,10 +124,13 @@ def judge_cells(bug: Bug, report: dict[str, Any], control: Control) -> KillRow:
 
 def catch_effect(cell: dict[str, Any]) -> float:
     """How far a caught cell's numbers moved, in multiples of their tolerance: the largest
-    `tolerance_used` of its comparisons; inf when it failed on evidence (no number to scale)."""
+    `tolerance_used` of its comparisons (the exact tier's, at tolerance 0, left out: for a catch
+    by the exact tier alone this is how far inside every tolerance it stayed); inf when it failed
+    on evidence (no number to scale)."""
     if cell.get("failure") == "evidence":
         return float("inf")
-    used = [_share(c.get("tolerance_used")) for c in cell.get("comparisons", [])]
+    used = [_share(c.get("tolerance_used")) for c in cell.get("comparisons", [])
+            if not str(c.get("quantity", "")).startswith(EXACT_PREFIX)]
     return max(used, default=float("inf"))
 
 

@@ -80,7 +80,8 @@ def test_a_catch_keeps_its_effect_and_an_entry_is_subtle_only_under_10x_wherever
 
 def test_a_catch_by_the_exact_tier_alone_is_counted_apart() -> None:
     """Under `--exact` a cell inside every tolerance can fail on its `exact:` comparisons only; such
-    catches are named apart from those a tolerance made, and are never counted as small effects."""
+    catches are named apart from those a tolerance made, and count neither as small effects nor as
+    large ones: an entry's subtlety is its tolerance catches' (one caught at 3x stays subtle)."""
     control = Control({f"{t}-cpu2-ddp-fp32": "passed" for t in "abc"}, 1.0)
     exact_only = _cell("a-cpu2-ddp-fp32", "failed", "divergence", used=0.4)
     exact_only["comparisons"] = [  # type: ignore[index]
@@ -93,8 +94,16 @@ def test_a_catch_by_the_exact_tier_alone_is_counted_apart() -> None:
     row = judge_cells(_BUG, {"cells": [exact_only, both, _cell("c-cpu2-ddp-fp32", "passed")]}, control)
     assert row.caught == ["a-cpu2-ddp-fp32", "b-cpu2-ddp-fp32"]
     assert row.exact_only == ["a-cpu2-ddp-fp32"]
-    assert "1 by the exact tier alone" in row.line() and not row.subtle
+    assert "1 by the exact tier alone" in row.line()
     assert row.to_json()["caught_by_exact_tier_alone"] == ["a-cpu2-ddp-fp32"]
+    # its effect is how far inside the tolerances it stayed; the subtlety is the tolerance catch's
+    assert row.effect == {"a-cpu2-ddp-fp32": 0.4, "b-cpu2-ddp-fp32": 3.0}
+    assert row.tolerance_effects == [3.0] and row.largest_effect == 3.0 and row.caught_within == 1
+    assert row.subtle and "at most 3x the tolerance (subtle)" in row.line()
+    # caught by the exact tier alone: caught, yet no tolerance catch to call subtle or loud
+    alone = judge_cells(_BUG, {"cells": [exact_only]}, control)
+    assert alone.caught == ["a-cpu2-ddp-fp32"] and not alone.subtle and alone.caught_within == 0
+    assert "at most" not in alone.line() and "1 by the exact tier alone" in alone.line()
 
 
 def test_an_entry_caught_nowhere_is_counted_and_a_run_of_nothing_is_a_catalog_error() -> None:
