@@ -10,9 +10,8 @@ any quantity differs from the unperturbed reference's bits. A passing cell outsi
 its tolerance comparison alone: it is given the row's threshold in force, as the family's
 backends compute it (harness.calibrate.variants.cell_semantics; such a cell is not simulated on
 its own, e.g. a synchronised-BatchNorm cell gets its task's golden-loop figure). A row's threshold
-is its weakest passing cell's;
-a row whose cells are all declared failures (matrix.toml [[expected]]) has no passing cell to
-catch anything.
+is its weakest passing cell's; a row whose cells are all declared failures (matrix.toml
+[[expected]]) has no passing cell to catch anything.
 """
 
 from __future__ import annotations
@@ -21,14 +20,14 @@ import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 
-from harness.calibrate.exact_judge import why_not_in_tier
+from harness.calibrate.exact_judge import EXACT_PREFIX, why_not_in_tier
 from harness.calibrate.reduction_order import (
     differing_quantities,
     reduction_order_perturbation,
     reduction_order_reference,
 )
 from harness.calibrate.thresholds import DECADES, GOALS, Threshold, smallest_failing_error
-from harness.golden.reference import ReferenceInputs, train_reference
+from harness.golden.reference import Perturbation, ReferenceInputs, train_reference
 from harness.judge.cell_verdict import golden_task_of
 from harness.plan.cell import CORE, Cell
 from harness.plan.matrix import Matrix
@@ -81,7 +80,9 @@ def passing_cpu_cells(matrix: Matrix, env_name: str, task: str, precision: str, 
 
 def exact_thresholds(in_force: Iterable[Threshold], matrix: Matrix, env_name: str) -> list[ExactThreshold]:
     """Each row of `in_force` (harness.calibrate.study) again, as `run --exact` judges its cells."""
-    member_thresholds: dict[tuple[str, str, object], tuple[float | None, str]] = {}
+    # (task, precision, the member's reduction-order semantics) -> its threshold: cells that compute
+    # alike (zero2 and zero3, say) are simulated once
+    member_thresholds: dict[tuple[str, str, Perturbation], tuple[float | None, str]] = {}
     out = []
     for row in in_force:
         cells = passing_cpu_cells(matrix, env_name, row.task, row.precision, row.family)
@@ -124,7 +125,7 @@ def member_threshold(cell: Cell, task_name: str) -> tuple[float | None, str]:
         differing = differing_quantities(record, unperturbed)
         if not differing:
             return None
-        return "exact:" + max(differing.items(), key=lambda item: item[1][1])[0]
+        return EXACT_PREFIX + max(differing.items(), key=lambda item: item[1][1])[0]
 
     smallest = fails(DECADES[0])
     if smallest is not None:  # bisecting below it would only find where 1 + e rounds to 1 in fp32
