@@ -76,7 +76,7 @@ def measure(tasks: Iterable[str], precisions: Iterable[str], table: ToleranceTab
                 out += _variant_needs(record, golden, table, precision, variant, name)
     for variant, pairs in in_child.items():
         ran = child_records(pairs, dict(variant.environment))
-        for (name, precision), record in ran.records.items():
+        for (name, precision, *_), record in ran.records.items():
             out += [replace(need, ran_with=ran.cpu_capability) for need in
                     _variant_needs(record, load_golden(name, precision), table, precision, variant, name)]
     return out

@@ -5,9 +5,10 @@ harness.golden.half_weights; BatchNorm over the global batch where the task sync
 a record compared with it value for value: what `python -m harness calibrate --exact-tier`
 measures (harness.calibrate.exact_tier, docs/calibration.md).
 
-Computed once per task x precision x perturbation. Whether a cell reproduces it bit for
-bit depends on more than the cell (docs/calibration.md: the measuring process's thread set-up
-and the CPU's kernels move it), which is why no cell is judged by it.
+Computed once per task x precision x perturbation. Every run judges the final weights of a
+half-precision cell by it, at a tolerance measured from its own benign variation
+(harness.calibrate.semantics_judge); `run --exact` judges every quantity of a cell of the exact
+tier by it, bit for bit (harness.calibrate.exact_judge).
 """
 
 from __future__ import annotations

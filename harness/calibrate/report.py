@@ -7,15 +7,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.calibrate.against_cells import CellCheck
-from harness.calibrate.exact_thresholds import ExactThreshold
+from harness.calibrate.cell_thresholds import RowThreshold
+from harness.calibrate.semantics_noise import SemanticsNeed
 from harness.calibrate.study import Study
 from harness.calibrate.thresholds import Threshold
 from harness.calibrate.variants import VARIANTS
+from harness.plan.tolerances import ToleranceTable
 
 
-def lines(study: Study, exact: Sequence[ExactThreshold] = ()) -> list[str]:
-    """`exact`: the rows of study.in_force again, as `run --exact` judges their cells (one per row,
-    in the same order), or none: the column is left out."""
+def lines(study: Study, exact: Sequence[RowThreshold] = (), judged: Sequence[RowThreshold] = ()) -> list[str]:
+    """`judged` and `exact`: the rows of study.in_force again, as `run` (the own-semantics check
+    included) and `run --exact` judge their cells (one per row, in the same order), or none: that
+    column is left out."""
     out = ["benign noise: the plain reference under each variant, against the goldens",
            *(f"  {v.name:<24} {', '.join(v.families)}: {v.why}{_ran_with(study, v.name)}"
              for v in VARIANTS), "",
@@ -32,16 +35,51 @@ def lines(study: Study, exact: Sequence[ExactThreshold] = ()) -> list[str]:
                 "cell's comparison (goal: fp32 1e-4, fp16 1e-2, bf16 2e-2)",
                 "as its weakest backend computes it (golden: the golden's loop, as single and DDP do; the "
                 "others: the variants of that name)",
-                f"{'task':<12} {'precision':<9} {'family':<6} {'in force':>10}  {'weakest':<21} "
-                f"{'calibrated':>10}  {'--exact' if exact else '':>10}  caught by (calibrated)"]
-        columns: Sequence[ExactThreshold | None] = exact or [None] * len(study.in_force)
-        for now, tight, judged in zip(study.in_force, study.calibrated, columns, strict=True):
+                "(golden: the golden comparison at the tolerances in force; run: as `python -m harness run` "
+                "judges the row's passing cells, the own-semantics check included)",
+                f"{'task':<12} {'precision':<9} {'family':<6} {'golden':>10}  {'run' if judged else '':>10}  "
+                f"{'weakest':<21} {'calibrated':>10}  {'--exact' if exact else '':>10}  "
+                "caught by (calibrated)"]
+        exact_column: Sequence[RowThreshold | None] = exact or [None] * len(study.in_force)
+        run_column: Sequence[RowThreshold | None] = judged or [None] * len(study.in_force)
+        for now, tight, by_run, by_exact in zip(study.in_force, study.calibrated, run_column, exact_column,
+                                                strict=True):
             out.append(f"{now.task:<12} {now.precision:<9} {now.family:<6} {_error(now):>10}  "
-                       f"{now.semantics:<21} {_error(tight):>10}  {_exact_error(judged):>10}  "
-                       f"{_caught(tight)}")
+                       f"{_row_error(by_run):>10}  {now.semantics:<21} {_error(tight):>10}  "
+                       f"{_row_error(by_exact):>10}  {_caught(tight)}")
         out += ["", summary(study)]
+        if judged:
+            out += row_details(judged, "run", "as `python -m harness run` judges their passing CPU cells "
+                               "(the golden comparison, and the own-semantics check where it judges a "
+                               "cell: the smaller of the two)",
+                               "checked against their own-semantics reference")
         if exact:
-            out += exact_details(exact)
+            out += row_details(exact, "--exact", "as `python -m harness run --exact` judges their passing "
+                               "CPU cells (a member of the exact tier fails once any bit moves; a cell "
+                               "outside it keeps its tolerance, the row's in force; <=1e-7: caught at the "
+                               "smallest e tried)", "judged exactly")
+    return out
+
+
+def semantics_lines(needs: Sequence[SemanticsNeed], table: ToleranceTable) -> list[str]:
+    """The own-semantics check's noise: each reference's largest move under the variations, against
+    the atol in force (harness.plan.semantics_tolerances)."""
+    if not needs:
+        return []
+    moved = [n for n in needs if n.need > 0]
+    out = ["", "own-semantics check: the reference computed as each backend computes, under twice the "
+           "threads, exact accumulation of every half GEMM and kernels capped at AVX2: "
+           f"{len(needs) - len(moved)} of {len(needs)} references kept every bit of their final weights; the "
+           "others moved",
+           f"  {'precision':<9} {'task':<12} {'semantics':<16} {'moved':>9}  {'atol in force':>13}  by"]
+    for need in moved:
+        entry = table.semantics.get(need.key)
+        in_force = f"{entry.atol:.2g}" if entry is not None else "none"
+        flag = "  BELOW THE NOISE" if entry is not None and need.need > entry.atol else ""
+        ran = f" (its torch ran {need.ran_with})" if need.ran_with else ""
+        precision, task, semantics = need.key
+        out.append(f"  {precision:<9} {task:<12} {semantics:<16} {need.need:>9.2e}  {in_force:>13}  "
+                   f"{need.variant}{ran}, state_dict/{need.where}{flag}")
     return out
 
 
@@ -64,22 +102,21 @@ def summary(study: Study) -> str:
     return f"in force: {met(study.in_force)}; calibrated per task: {met(study.calibrated)}"
 
 
-def exact_details(exact: Sequence[ExactThreshold]) -> list[str]:
-    """What the --exact column means, its count, and the cell and quantity behind each row."""
-    rows = [t for t in exact if t.passing]
-    out = ["", "--exact: the same rows as `python -m harness run --exact` judges their passing CPU cells "
-           "(a member of the exact tier fails once any bit moves; a cell outside it keeps its tolerance, "
-           "the row's in force; <=1e-7: caught at the smallest e tried)",
-           f"with --exact: {sum(t.meets_goal for t in rows)} of {len(rows)} rows with a passing cell meet "
-           f"the goal ({len(exact) - len(rows)} rows have none: every cell of theirs is a declared failure)"]
-    for t in exact:
-        where = (f"{t.members} of {t.passing} passing cells judged exactly; weakest {t.weakest}: "
+def row_details(rows: Sequence[RowThreshold], label: str, how: str, members: str) -> list[str]:
+    """What a per-cell column means, its count, and the cell and quantity behind each row."""
+    passing = [t for t in rows if t.passing]
+    out = ["", f"{label}: the same rows {how}",
+           f"{label}: {sum(t.meets_goal for t in passing)} of {len(passing)} rows with a passing cell meet "
+           f"the goal ({len(rows) - len(passing)} rows have none: every cell of theirs is a declared "
+           "failure)"]
+    for t in rows:
+        where = (f"{t.members} of {t.passing} passing cells {members}; weakest {t.weakest}: "
                  f"{t.caught_by}" if t.passing else t.caught_by)
-        out.append(f"  {t.task:<12} {t.precision:<5} {t.family:<6} {_exact_error(t):>10}  {where}")
+        out.append(f"  {t.task:<12} {t.precision:<5} {t.family:<6} {_row_error(t):>10}  {where}")
     return out
 
 
-def _exact_error(threshold: ExactThreshold | None) -> str:
+def _row_error(threshold: RowThreshold | None) -> str:
     if threshold is None:
         return ""
     if not threshold.passing:
@@ -89,7 +126,7 @@ def _exact_error(threshold: ExactThreshold | None) -> str:
     return _error(threshold)
 
 
-def _error(threshold: Threshold | ExactThreshold) -> str:
+def _error(threshold: Threshold | RowThreshold) -> str:
     if threshold.error is None:
         return "unseen"
     mark = "" if threshold.meets_goal else " !"

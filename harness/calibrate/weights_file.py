@@ -163,7 +163,7 @@ def _entry_for(kind: str, family: str, precision: str, task: str, need: float, v
     # cell must pass against any golden within the regeneration tolerance, so that bound is added
     # (weights are fp32 masters: the fp32 floor covers how far their regeneration moves them).
     moved = regeneration_tolerance(precision).atol if kind == EVAL else 0.0
-    atol = _two_digits_up(max(safety * need + moved, floor))
+    atol = two_digits_up(max(safety * need + moved, floor))
     reason = (f"{safety:g} x {_NEED[kind]} of the {family} variants, {need:.3g} ({variant}, {where})"
               + (f", + {moved:g}, how far a golden regenerated on another CPU may move "
                  "(matrix/golden/regeneration.toml)" if moved else ""))
@@ -193,7 +193,7 @@ def keep_wider_entries(written: Written, path: Path, safety: float, floors: dict
             merged[key] = _entry_for(entry.kind, entry.family, entry.precision, entry.task, entry.need,
                                      entry.variant, entry.where, entry.rtol, safety, floors[entry.family])
     machines = [m.strip() for m in str(earlier_file.get("measured_on", "")).split(";") if m.strip()]
-    here = _this_machine()
+    here = machine_with_torch()
     return replace(written, entries=sorted(merged.values(), key=_file_order),
                    measured_on=tuple(dict.fromkeys([*machines, here])))
 
@@ -207,7 +207,7 @@ def write_weight_tolerances(path: Path, written: Written, safety: float) -> None
     def text(value: str) -> str:  # a TOML basic string (JSON's escapes are TOML's)
         return json.dumps(value)
 
-    machines = "; ".join(written.measured_on or (_this_machine(),))
+    machines = "; ".join(written.measured_on or (machine_with_torch(),))
     lines = [HEADER, f"safety_factor = {safety:g}", f"measured_on = {text(machines)}", ""]
     ordered = sorted(written.entries, key=_file_order)
     for entry in ordered:
@@ -217,7 +217,7 @@ def write_weight_tolerances(path: Path, written: Written, safety: float) -> None
     write_text_atomic(path, "\n".join(lines))
 
 
-def _two_digits_up(value: float) -> float:
+def two_digits_up(value: float) -> float:
     """`value` rounded up to two significant digits (a readable atol never below the measured one)."""
     if value <= 0:
         return 0.0
@@ -226,7 +226,7 @@ def _two_digits_up(value: float) -> float:
     return float(f"{digits}e{exponent}")  # parsed from decimal: 1e-05, never 9.999999999999999e-06
 
 
-def _this_machine() -> str:
+def machine_with_torch() -> str:
     return f"{_machine()}, torch {torch.__version__}"
 
 

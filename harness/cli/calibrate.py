@@ -53,8 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from harness.calibrate.against_cells import check_cells
     from harness.calibrate.calibrated import SAFETY_FACTOR, task_tolerances
-    from harness.calibrate.exact_thresholds import cpu_environment, exact_json, exact_thresholds
-    from harness.calibrate.report import check_lines, lines
+    from harness.calibrate.cell_thresholds import cpu_environment, row_json
+    from harness.calibrate.exact_thresholds import exact_thresholds
+    from harness.calibrate.judged_thresholds import judged_thresholds
+    from harness.calibrate.report import check_lines, lines, semantics_lines
+    from harness.calibrate.semantics_file import semantics_below_noise
+    from harness.calibrate.semantics_noise import measure_semantics, semantics_scope
     from harness.calibrate.study import run_study
     from harness.calibrate.weights_file import below_noise
     from harness.golden.golden_store import owned_golden_pairs
@@ -92,11 +96,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"error: --task {', '.join(unknown)}: no golden of its own to calibrate against. "
               f"Valid: {', '.join(owned)}. Fix: pick from these")
         return EXIT_USAGE
-    study = run_study(args.task or owned, args.precision or list(PRECISIONS), matrix.tolerances, safety,
-                      thresholds=not args.no_thresholds)
+    tasks, precisions = args.task or owned, args.precision or list(PRECISIONS)
+    study = run_study(tasks, precisions, matrix.tolerances, safety, thresholds=not args.no_thresholds)
+    judged = judged_thresholds(study.in_force, matrix, cpu_environment(matrix))
     exact = exact_thresholds(study.in_force, matrix, cpu_environment(matrix))
-    print("\n".join(lines(study, exact)))
-    figures = {**study.to_json(), "thresholds_exact": [exact_json(t) for t in exact]}
+    semantics = measure_semantics(scope for scope in semantics_scope(matrix)
+                                  if scope.key[1] in tasks and scope.key[0] in precisions)
+    print("\n".join(lines(study, exact, judged) + semantics_lines(semantics, matrix.tolerances)))
+    figures = {**study.to_json(), "thresholds_judged": [row_json(t) for t in judged],
+               "thresholds_exact": [row_json(t) for t in exact],
+               "semantics_needs": [asdict(n) for n in semantics]}
 
     if args.check_records is not None:
         checks = check_cells(args.check_records, task_tolerances(study.needs, matrix.tolerances, safety))
@@ -107,7 +116,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
         print(f"figures: {args.json}")
     below = [p for p in study.proposals if p.in_force < p.need.atol]
-    weights_below = below_noise(study.needs, matrix.tolerances)
+    weights_below = [*below_noise(study.needs, matrix.tolerances),
+                     *semantics_below_noise(semantics, matrix.tolerances)]
     for line in weights_below:
         print(f"below the noise: {line}")
     return EXIT_FAILED if below or weights_below else EXIT_OK
@@ -147,6 +157,7 @@ def _write_weights(target: Path, matrix: Matrix, safety: float, keep_wider: bool
                   if precision == "fp32"}
         written = keep_wider_entries(written, target, safety, floors)
     write_weight_tolerances(target, written, safety)
+    _write_semantics(matrix, safety, keep_wider)
     weights = sum(e.kind == "state_dict" for e in written.entries)
     print(f"per-task tolerances: {weights} weight and {len(written.entries) - weights} eval-output entries "
           f"written to {target}")
@@ -154,3 +165,22 @@ def _write_weights(target: Path, matrix: Matrix, safety: float, keep_wider: bool
         print(f"  no entry: {line}")
     for line in written.wider:
         print(f"  wider than its family: {line}")
+
+
+def _write_semantics(matrix: Matrix, safety: float, keep_wider: bool) -> None:
+    """The own-semantics check's tolerances, into the file [tolerances] semantics_per_task names
+    (semantics_tolerances.toml beside the matrix when it names none)."""
+    from harness.calibrate.semantics_file import keep_wider as merge_wider
+    from harness.calibrate.semantics_file import semantics_tolerances, write_semantics_tolerances
+    from harness.calibrate.semantics_noise import measure_semantics, semantics_scope
+    from harness.plan.semantics_tolerances import SEMANTICS_PER_TASK
+
+    scopes = semantics_scope(matrix)
+    entries = semantics_tolerances(measure_semantics(scopes), scopes, safety)
+    target = matrix.path.parent / str(matrix.raw.get("tolerances", {}).get(SEMANTICS_PER_TASK,
+                                                                            "semantics_tolerances.toml"))
+    machines: tuple[str, ...] = ()
+    if keep_wider and target.is_file():
+        entries, machines = merge_wider(entries, target, scopes, safety)
+    write_semantics_tolerances(target, entries, safety, machines)
+    print(f"own-semantics check: {len(entries)} entries written to {target}")

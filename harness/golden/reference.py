@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader
 
+from harness.golden.exact_accumulation import ExactAccumulation
 from harness.golden.global_rng import GLOBAL_RNG_LOCK
 from harness.golden.half_weights import HalfWeights
 from harness.golden.rank_rows import linear_rows_per_rank
@@ -76,6 +77,9 @@ class Perturbation:
     # weights, as the golden
     half_weights: str = ""
     gradient_scale: float = 1.0  # every gradient times this before each optimizer step (a bug)
+    # Every half-precision GEMM accumulated exactly and rounded once (harness.golden.
+    # exact_accumulation): how far another kernel's accumulation order can move the run
+    exact_accumulation: bool = False
     name: str = field(default="golden", compare=False)
 
     @property
@@ -100,7 +104,8 @@ def train_reference(task: Task, precision: str, device: str = "cpu",
             f"precision {precision!r}: not a reference precision. Valid: {PRECISIONS}. "
             "Fix: pass one of them"
         )
-    with GLOBAL_RNG_LOCK, _threads(perturbation.threads), torch.random.fork_rng(devices=[]):
+    with (GLOBAL_RNG_LOCK, _threads(perturbation.threads), torch.random.fork_rng(devices=[]),
+          ExactAccumulation() if perturbation.exact_accumulation else contextlib.nullcontext()):
         torch.manual_seed(task.seed)
         return _train(task, precision, torch.device(device), inputs or ReferenceInputs.of(task), stop_at,
                       perturbation)

@@ -8,6 +8,7 @@ tolerance is the matrix's (harness.plan.tolerances), handed in by the caller.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 
@@ -35,21 +36,32 @@ def compare_record(record: Record, golden: Record, tolerance: Tolerance,
         _values("loss_scales", torch.tensor(record.loss_scales, dtype=torch.float64),
                 torch.tensor(golden.loss_scales, dtype=torch.float64), EXACT, "optimizer step"),
     ]
-    for prefix, mine, theirs in (("eval", record.eval_outputs, golden.eval_outputs),
-                                 ("state_dict", record.state_dict, golden.state_dict)):
-        for key in sorted(set(mine) | set(theirs)):
-            name = f"{prefix}/{key}"
-            if key not in mine:
-                out.append(_absent(name, tolerance, "missing from the record"))
-            elif key not in theirs:
-                out.append(_absent(name, tolerance, "in the record but not in the golden"))
-            else:
-                wanted = theirs[key].dtype
-                if (prefix == "eval" and key in MODEL_OUTPUTS and output_dtype is not None
-                        and wanted.is_floating_point):
-                    wanted = output_dtype
-                out.append(_values(name, mine[key], theirs[key], tolerance.for_quantity(prefix), "index",
-                                   wanted))
+    out += _tensors("eval", record.eval_outputs, golden.eval_outputs, tolerance, output_dtype)
+    out += compare_state_dicts(record.state_dict, golden.state_dict, tolerance)
+    return out
+
+
+def compare_state_dicts(mine: Mapping[str, torch.Tensor], theirs: Mapping[str, torch.Tensor],
+                        tolerance: Tolerance) -> list[Comparison]:
+    """Every key of either state dict, as `state_dict/<key>` comparisons (dtype included)."""
+    return _tensors("state_dict", mine, theirs, tolerance, None)
+
+
+def _tensors(prefix: str, mine: Mapping[str, torch.Tensor], theirs: Mapping[str, torch.Tensor],
+             tolerance: Tolerance, output_dtype: torch.dtype | None) -> list[Comparison]:
+    out = []
+    for key in sorted(set(mine) | set(theirs)):
+        name = f"{prefix}/{key}"
+        if key not in mine:
+            out.append(_absent(name, tolerance, "missing from the record"))
+        elif key not in theirs:
+            out.append(_absent(name, tolerance, "in the record but not in the golden"))
+        else:
+            wanted = theirs[key].dtype
+            if (prefix == "eval" and key in MODEL_OUTPUTS and output_dtype is not None
+                    and wanted.is_floating_point):
+                wanted = output_dtype
+            out.append(_values(name, mine[key], theirs[key], tolerance.for_quantity(prefix), "index", wanted))
     return out
 
 

@@ -10,7 +10,9 @@ the entry's tolerance, sized for the logits, would let a loss bug through.
 `[tolerances] weights_per_task` names a file of per-task tolerances for the final weights and the
 eval outputs of half-precision cells of the plain family (harness.plan.weight_tolerances, written
 by `python -m harness calibrate --write-weight-tolerances`); `for_cell` applies them to the cells
-of the tasks they name.
+of the tasks they name. `[tolerances] semantics_per_task` names the file of the own-semantics
+check's tolerances (harness.plan.semantics_tolerances): how far a half-precision CPU cell's final
+weights may lie from the reference computed as its backend computes.
 
 Parsed and validated once, with the rest of the matrix (harness.plan.matrix): a run judges every
 cell with the tolerances of the matrix it was given, never with another file's.
@@ -25,6 +27,12 @@ from typing import Any
 
 from harness.errors import ToleranceError, explain
 from harness.plan.cell import PRECISIONS, STRATEGIES
+from harness.plan.semantics_tolerances import (
+    SEMANTICS_PER_TASK,
+    SemanticsKey,
+    SemanticsTolerance,
+    parse_semantics_tolerances,
+)
 from harness.plan.tolerance_entry import read_entry
 from harness.plan.weight_tolerances import (
     TaskKey,
@@ -75,6 +83,8 @@ class ToleranceTable:
     weights: dict[TaskKey, WeightTolerance] = field(default_factory=dict)
     # (family, precision, golden task) -> its eval outputs' tolerance there (the same file)
     eval_outputs: dict[TaskKey, WeightTolerance] = field(default_factory=dict)
+    # (precision, golden task, semantics) -> the own-semantics check's tolerance (SEMANTICS_PER_TASK)
+    semantics: dict[SemanticsKey, SemanticsTolerance] = field(default_factory=dict)
 
     def for_cell(self, precision: str, strategy: str, task: str | None = None) -> Tolerance:
         """The family's tolerance, with `task`'s own weight tolerance where it has one (`task`:
@@ -117,8 +127,10 @@ def parse_tolerances(source: Path, table: Any, weights_per_task: bool = True) ->
     named = weights_per_task and WEIGHTS_PER_TASK in table
     weights = parse_weight_tolerances(source, table[WEIGHTS_PER_TASK]) if named else {}
     eval_outputs = parse_eval_tolerances(source, table[WEIGHTS_PER_TASK]) if named else {}
+    semantics = (parse_semantics_tolerances(source, table[SEMANTICS_PER_TASK])
+                 if weights_per_task and SEMANTICS_PER_TASK in table else {})
     for precision, families in table.items():
-        if precision == WEIGHTS_PER_TASK:
+        if precision in (WEIGHTS_PER_TASK, SEMANTICS_PER_TASK):
             continue
         if precision not in PRECISIONS or not isinstance(families, dict):
             raise ToleranceError(explain(f"[tolerances.{precision}] in {source}", "not a precision table",
@@ -131,7 +143,7 @@ def parse_tolerances(source: Path, table: Any, weights_per_task: bool = True) ->
             rtol, atol, reason = read_entry(entry, where, [f"{precision}.{family}"], ToleranceError)
             quantities = _quantity_entries(entry, where, precision, family)
             entries[(precision, family)] = Tolerance(precision, family, rtol, atol, reason, quantities)
-    return ToleranceTable(source, entries, weights, eval_outputs)
+    return ToleranceTable(source, entries, weights, eval_outputs, semantics)
 
 
 def _quantity_entries(entry: dict[str, Any], where: str, precision: str, family: str) -> dict[str, Tolerance]:

@@ -147,6 +147,13 @@ def _entry(path: Path, precision: str, task: str, body: Any, kind: str, family: 
         got = sorted(body) if isinstance(body, dict) else type(body).__name__
         raise ToleranceError(explain(where, f"its keys are {got}", list(FIELDS),
                                      f"rewrite the file with `{WRITE}`"))
+    rtol, atol, need = measured_fields(body, where)
+    return WeightTolerance(precision, task, rtol, atol, need, str(body["variant"]), str(body["where"]),
+                           str(body["reason"]), kind, family)
+
+
+def measured_fields(body: dict[str, Any], where: str) -> tuple[float, float, float]:
+    """An entry's rtol, atol and need, validated: numbers >= 0, the atol covering its need."""
     try:
         rtol, atol, need = float(body["rtol"]), float(body["atol"]), float(body["need"])
     except (TypeError, ValueError):
@@ -156,5 +163,4 @@ def _entry(path: Path, precision: str, task: str, body: Any, kind: str, family: 
         raise ToleranceError(explain(where, f"rtol {rtol:g}, atol {atol:g}, need {need:g}",
                                      "numbers >= 0 with atol >= need (the tolerance covers its noise)",
                                      "fix the entry"))
-    return WeightTolerance(precision, task, rtol, atol, need, str(body["variant"]), str(body["where"]),
-                           str(body["reason"]), kind, family)
+    return rtol, atol, need

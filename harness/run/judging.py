@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from harness.calibrate.exact_judge import judge_exactly
+from harness.calibrate.semantics_judge import judge_semantics
 from harness.judge.cell_verdict import judge_record
 from harness.judge.outcome import Failure, Status
 from harness.plan.cell import Cell
@@ -33,9 +35,8 @@ def judging(run: RunContext, by_id: dict[str, Cell], records_dir: Path | None = 
             matrix=run.matrix,
             compare_dir=other,
         )
-        if run.options.exact:  # imported only when asked for: the reference stays out of a plain run
-            from harness.calibrate.exact_judge import judge_exactly
-
+        result = judge_semantics(result, records / cell_id, run.matrix.tolerances)
+        if run.options.exact:
             result = judge_exactly(result, records / cell_id)
         if run.options.compare_records is not None:  # how the numbers moved against the other env
             note_record_change(run.options.compare_records, run.matrix, cell, result, records / cell_id)

@@ -25,6 +25,7 @@ import psutil
 import tomllib
 
 from harness.paths import MATRIX_PATH
+from harness.plan.semantics_tolerances import SEMANTICS_PER_TASK
 from harness.plan.tolerances import WEIGHTS_PER_TASK as WEIGHTS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -71,12 +72,14 @@ def write_matrix(directory: Path, text: str = SMALL_MATRIX, extra: str = "") -> 
 
 
 def write_matrix_file(path: Path, text: str) -> Path:
-    """Write a matrix (the repository's, edited) at `path`, with the per-task weight tolerances'
-    file its [tolerances] weights_per_task names copied beside it, as it is beside the repository's."""
+    """Write a matrix (the repository's, edited) at `path`, with the per-task tolerances' files its
+    [tolerances] weights_per_task and semantics_per_task name copied beside it, as they are beside
+    the repository's."""
     path.write_text(text, encoding="utf-8")
-    named = tomllib.loads(text).get("tolerances", {}).get(WEIGHTS)
-    if isinstance(named, str) and not (path.parent / named).exists():
-        shutil.copy(MATRIX_PATH.parent / named, path.parent / named)
+    for key in (WEIGHTS, SEMANTICS_PER_TASK):
+        named = tomllib.loads(text).get("tolerances", {}).get(key)
+        if isinstance(named, str) and not (path.parent / named).exists():
+            shutil.copy(MATRIX_PATH.parent / named, path.parent / named)
     return path
 
 

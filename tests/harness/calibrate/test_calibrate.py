@@ -5,6 +5,7 @@ goldens read here may have been made on another machine (tests(deepspeed) moves 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -97,10 +98,17 @@ def test_the_command_prints_both_tables_and_writes_the_figures(tmp_path: Path,
     figures = json.loads(out.read_text())
     assert figures["needs"] and len(figures["thresholds_in_force"]) == 2  # plain and zero
     # the same rows as `run --exact` judges them (tests/harness/calibrate/test_exact_thresholds.py)
-    assert "with --exact:" in text
+    assert re.search(r"--exact: \d of 2 rows with a passing cell meet the goal", text)
     exact = figures["thresholds_exact"]
     assert [(r["task"], r["family"]) for r in exact] == [("scalar", "plain"), ("scalar", "zero")]
     assert all(r["passing"] > 0 and r["error"] is not None for r in exact)
+    # ... and as every run judges them, the own-semantics check included (test_judged_thresholds.py),
+    # with the check's noise beside them
+    assert "run: " in text and "own-semantics check:" in text
+    judged = figures["thresholds_judged"]
+    assert [(r["task"], r["family"]) for r in judged] == [("scalar", "plain"), ("scalar", "zero")]
+    assert all(r["members"] > 0 and r["error"] is not None for r in judged)
+    assert {tuple(n["key"]) for n in figures["semantics_needs"]} >= {("bf16", "scalar", "splits_1")}
 
 
 def test_a_task_without_its_own_golden_is_refused_with_the_valid_ones(

@@ -10,13 +10,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from harness.calibrate.cell_thresholds import cpu_environment, passing_cpu_cells
 from harness.calibrate.exact_judge import why_not_in_tier
-from harness.calibrate.exact_thresholds import (
-    cpu_environment,
-    exact_thresholds,
-    member_threshold,
-    passing_cpu_cells,
-)
+from harness.calibrate.exact_thresholds import exact_thresholds, member_threshold
 from harness.calibrate.reduction_order import reduction_order_perturbation, reduction_order_reference
 from harness.calibrate.thresholds import DECADES, Threshold
 from harness.golden.reference import ReferenceInputs, train_reference
