@@ -55,13 +55,18 @@ def cpu_environment(matrix: Matrix) -> str:
     return ""
 
 
+def row_cpu_cells(matrix: Matrix, task: str, precision: str, family: str) -> list[Cell]:
+    """The core's CPU cells whose golden is `task`'s at `precision`, in `family`."""
+    return [cell for cell in matrix.cells
+            if cell.device == "cpu" and cell.implementation == CORE and cell.precision == precision
+            and FAMILIES[cell.strategy] == family and golden_task_of(cell.task) == task]
+
+
 def passing_cpu_cells(matrix: Matrix, env_name: str, task: str, precision: str, family: str) -> list[Cell]:
     """The core's CPU cells of `env_name` whose golden is `task`'s at `precision`, in `family`, less
     the cells it declares failing (they never pass, so they catch nothing)."""
-    return [cell for cell in matrix.cells
-            if cell.device == "cpu" and cell.implementation == CORE and cell.precision == precision
-            and FAMILIES[cell.strategy] == family and golden_task_of(cell.task) == task
-            and matrix.expected_outcome(cell, env_name) is None]
+    return [cell for cell in row_cpu_cells(matrix, task, precision, family)
+            if matrix.expected_outcome(cell, env_name) is None]
 
 
 def row_thresholds(in_force: Iterable[Threshold], matrix: Matrix, env_name: str, sharper: CellThreshold,
@@ -81,8 +86,10 @@ def row_thresholds(in_force: Iterable[Threshold], matrix: Matrix, env_name: str,
             members += 1
             found.append((judged[0], cell.id, judged[1]))
         if not found:
-            out.append(RowThreshold(row.task, row.precision, row.family, None, "",
-                                    "none: every cell of this row is a declared failure", 0, 0))
+            why = ("every cell of this row is a declared failure"
+                   if row_cpu_cells(matrix, row.task, row.precision, row.family)
+                   else "the matrix has no CPU cell of this row")
+            out.append(RowThreshold(row.task, row.precision, row.family, None, "", f"none: {why}", 0, 0))
             continue
         error, weakest, caught_by = max(found, key=lambda f: math.inf if f[0] is None else f[0])
         out.append(RowThreshold(row.task, row.precision, row.family, error, weakest, caught_by, members,

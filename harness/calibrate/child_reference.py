@@ -20,6 +20,7 @@ from pathlib import Path
 
 from harness.golden.reference import Perturbation
 from harness.record.record_format import Record
+from harness.tasks.registry import import_paths_of
 
 # torch (ATen), oneDNN and MKL capped at AVX2: the kernels an AVX2-only CPU runs (the tests'
 # older-CPU pass uses the same caps, noxfile.py).
@@ -48,7 +49,12 @@ def child_records(requests: Iterable[Request], environment: Mapping[str, str],
     wanted = list(dict.fromkeys(requests))
     with tempfile.TemporaryDirectory(prefix="calibrate-child-") as tmp:
         out = Path(tmp)
-        (out / _REQUESTS).write_text(json.dumps([_request_json(r) for r in wanted]), encoding="utf-8")
+        # The user's tasks (a matrix's `tasks = [...]`) are registered by importing their modules:
+        # the child imports what this process imported for them, or it would not know their names.
+        imports = import_paths_of([request[0] for request in wanted])
+        (out / _REQUESTS).write_text(json.dumps({"task_imports": imports,
+                                                 "requests": [_request_json(r) for r in wanted]}),
+                                     encoding="utf-8")
         command = [sys.executable, "-m", "harness.calibrate.child_reference", str(out)]
         done = subprocess.run(command, env={**os.environ, **environment}, capture_output=True, text=True,
                               timeout=timeout_s, check=False)
@@ -71,10 +77,12 @@ def main(argv: list[str]) -> int:
     import torch
 
     from harness.golden.reference import ReferenceInputs, train_reference
-    from harness.tasks import get_task
+    from harness.tasks import get_task, import_tasks
 
     out = Path(argv[0])
-    for index, request in enumerate(json.loads((out / _REQUESTS).read_text(encoding="utf-8"))):
+    asked = json.loads((out / _REQUESTS).read_text(encoding="utf-8"))
+    import_tasks(asked["task_imports"])
+    for index, request in enumerate(asked["requests"]):
         task = get_task(request["task"])
         record = train_reference(task, request["precision"], inputs=ReferenceInputs.of(task),
                                  perturbation=Perturbation(**request["perturbation"]))

@@ -41,8 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "weights of its fp16/bf16 single/ddp/fsdp cells from the measured noise (default: "
                         "the file matrix.toml's [tolerances] weights_per_task names); needs every task and "
                         "precision")
+    parser.add_argument("--write-semantics-tolerances", action="store_true",
+                        help="measure the own-semantics check's tolerances for the matrix's half-precision "
+                        "CPU cells, write them (to the file [tolerances] semantics_per_task names, else "
+                        "semantics_tolerances.toml beside the matrix) and stop: what a matrix of your own "
+                        "tasks needs for the check (--write-weight-tolerances writes it too)")
     parser.add_argument("--keep-wider", action="store_true",
-                        help="with --write-weight-tolerances: keep, per entry, the wider of this machine's "
+                        help="with --write-weight-tolerances or --write-semantics-tolerances: keep, per "
+                        "entry, the wider of this machine's "
                         "measurement and the one already in the file (entries that hold on every CPU "
                         "measured)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
@@ -77,17 +83,21 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"error: --safety-factor {safety:g}: a margin below 1 puts the tolerance inside the measured "
               "noise. Valid: a number >= 1, e.g. 2. Fix: pass --safety-factor 2")
         return EXIT_USAGE
+    asked = (("--write-weight-tolerances", args.write_weight_tolerances is not None),
+             ("--write-semantics-tolerances", args.write_semantics_tolerances))
+    writing = [flag for flag, given in asked if given]
+    if writing and (args.task or args.precision):
+        print(f"error: {' and '.join(writing)} with --task/--precision: the file holds every task's entries "
+              "and would lose the others. Valid: every task and precision. Fix: drop --task and --precision")
+        return EXIT_USAGE
+    if args.write_semantics_tolerances and args.write_weight_tolerances is None:
+        return _write_semantics(load_matrix(args.matrix, weights_per_task=False), safety, args.keep_wider)
     if args.write_weight_tolerances is not None:  # first, so that the study below judges with them
-        if args.task or args.precision:
-            print("error: --write-weight-tolerances with --task/--precision: the file holds every task's "
-                  "entries and would lose the others. Valid: every task and precision. Fix: drop --task and "
-                  "--precision")
-            return EXIT_USAGE
         _write_weights(args.write_weight_tolerances, load_matrix(args.matrix, weights_per_task=False), safety,
                        keep_wider=args.keep_wider)
     elif args.keep_wider:
-        print("error: --keep-wider without --write-weight-tolerances: it says how to write the file. "
-              "Valid: with --write-weight-tolerances. Fix: add --write-weight-tolerances")
+        print("error: --keep-wider without --write-weight-tolerances or --write-semantics-tolerances: it "
+              "says how to write the file. Valid: with either. Fix: add --write-weight-tolerances")
         return EXIT_USAGE
     matrix = load_matrix(args.matrix) if args.matrix else load_matrix()
     owned = sorted({task for task, _ in owned_golden_pairs()})
@@ -167,20 +177,30 @@ def _write_weights(target: Path, matrix: Matrix, safety: float, keep_wider: bool
         print(f"  wider than its family: {line}")
 
 
-def _write_semantics(matrix: Matrix, safety: float, keep_wider: bool) -> None:
+def _write_semantics(matrix: Matrix, safety: float, keep_wider: bool) -> int:
     """The own-semantics check's tolerances, into the file [tolerances] semantics_per_task names
-    (semantics_tolerances.toml beside the matrix when it names none)."""
+    (semantics_tolerances.toml beside the matrix when it names none, and then how to name it)."""
     from harness.calibrate.semantics_file import keep_wider as merge_wider
     from harness.calibrate.semantics_file import semantics_tolerances, write_semantics_tolerances
     from harness.calibrate.semantics_noise import measure_semantics, semantics_scope
     from harness.plan.semantics_tolerances import SEMANTICS_PER_TASK
 
     scopes = semantics_scope(matrix)
+    if not scopes:
+        print(f"error: {matrix.path}: no fp16/bf16 CPU cell the own-semantics check can judge (the check "
+              "takes a core cell on the CPU whose computation a reference follows, docs/calibration.md "
+              "section 6), so there is nothing to measure. Valid: a matrix with such cells. Fix: add fp16 or "
+              "bf16 to its precision axis and a CPU shape")
+        return EXIT_USAGE
     entries = semantics_tolerances(measure_semantics(scopes), scopes, safety)
-    target = matrix.path.parent / str(matrix.raw.get("tolerances", {}).get(SEMANTICS_PER_TASK,
-                                                                            "semantics_tolerances.toml"))
+    named = matrix.raw.get("tolerances", {}).get(SEMANTICS_PER_TASK)
+    target = matrix.path.parent / str(named or "semantics_tolerances.toml")
     machines: tuple[str, ...] = ()
     if keep_wider and target.is_file():
         entries, machines = merge_wider(entries, target, scopes, safety)
     write_semantics_tolerances(target, entries, safety, machines)
     print(f"own-semantics check: {len(entries)} entries written to {target}")
+    if not named:
+        print(f"  the check uses them once {matrix.path.name} names the file: under [tolerances], add "
+              f"{SEMANTICS_PER_TASK} = \"{target.name}\"")
+    return EXIT_OK

@@ -51,7 +51,9 @@ strategies = ["ddp", "zero1", "zero2", "zero3", "fsdp"]
 # Comparison tolerances by precision and strategy family (plain = single/ddp/fsdp, zero = zero1-3):
 # an element passes when |run - golden| <= atol + rtol * |golden|. Copied from the harness's own
 # matrix, where each was measured on its built-in tasks; measure your own model's before you
-# trust them (a real bug moves numbers by far more than these).
+# trust them (a real bug moves numbers by far more than these). The own-semantics check of
+# half-precision cells needs its own per-task measurement: `python -m harness calibrate --matrix
+# matrix.toml --write-semantics-tolerances` writes it and says the line to add under [tolerances].
 {tolerances}'''
 
 PACKAGE_INIT = '''\

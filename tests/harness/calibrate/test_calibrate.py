@@ -21,6 +21,7 @@ from harness.golden.golden_store import load_golden
 from harness.golden.reference import Perturbation, ReferenceInputs, train_reference
 from harness.plan.matrix import load_matrix
 from harness.record.record_format import Record
+from harness.starter import tolerances_text
 from harness.tasks import get_task
 
 pytestmark = pytest.mark.goldens
@@ -116,6 +117,26 @@ def test_a_task_without_its_own_golden_is_refused_with_the_valid_ones(
     assert main(["calibrate", "--task", "canary_nan"]) == 2
     text = capsys.readouterr().out
     assert "canary_nan" in text and "regression" in text and "Fix:" in text
+
+
+@pytest.mark.parametrize("flag", ["--write-semantics-tolerances", "--write-weight-tolerances"])
+def test_writing_a_tolerance_file_for_one_task_is_refused(flag: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", flag, "--task", "regression"]) == 2
+    text = capsys.readouterr().out
+    assert flag in text and "would lose the others" in text and "Fix: drop --task" in text
+
+
+def test_a_matrix_without_a_cell_the_semantics_check_takes_is_refused_with_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fp32_only = tmp_path / "matrix.toml"
+    fp32_only.write_text('[axes]\ntask = ["regression"]\ndevice = ["cpu"]\nstrategy = ["single"]\n'
+                         'precision = ["fp32"]\n\n[[shapes]]\ndevice = "cpu"\nprocesses = 1\n'
+                         f'strategies = ["single"]\n\n{tolerances_text()}', encoding="utf-8")
+    assert main(["calibrate", "--matrix", str(fp32_only), "--write-semantics-tolerances"]) == 2
+    text = capsys.readouterr().out
+    assert "no fp16/bf16 CPU cell the own-semantics check can judge" in text and "Fix:" in text
+    assert not (tmp_path / "semantics_tolerances.toml").exists()
 
 
 def test_a_familys_backends_are_the_golden_loop_and_the_variants_that_reproduce_its_half_precision() -> None:

@@ -66,3 +66,13 @@ def test_a_row_of_declared_failures_has_no_passing_cell() -> None:
     golden = Threshold("dropout", "bf16", "zero", 8.7e-2, "eval/logits", False)
     [row] = judged_thresholds([golden], matrix, cpu_environment(matrix))
     assert row.passing == 0 and row.error is None and "declared failure" in row.caught_by
+
+
+def test_a_row_the_matrix_has_no_cell_of_says_so_not_that_its_cells_fail() -> None:
+    """A user's matrix has no cell of the harness's tasks: its rows are absent, not declared failures."""
+    matrix = load_matrix()
+    without_sgd_accum = replace(matrix, cells=[c for c in matrix.cells if c.task != "sgd_accum"])
+    golden = Threshold("sgd_accum", "bf16", "zero", 5e-2, "state_dict/hidden.weight", False)
+    [row] = judged_thresholds([golden], without_sgd_accum, cpu_environment(matrix))
+    assert row.passing == 0 and row.error is None
+    assert row.caught_by == "none: the matrix has no CPU cell of this row"

@@ -140,3 +140,38 @@ def test_a_users_task_package_makes_goldens_passes_and_catches_a_changed_model(t
     assert stale.stdout.count("my_mlp-fp32: changed") == 1 and "my_mlp-bf16" not in stale.stdout
     fix = f"python -m harness golden --update --task my_mlp --precision fp32 --matrix {matrix}"
     assert fix in stale.stdout
+
+
+def test_a_users_half_precision_cells_get_the_own_semantics_check_once_it_is_measured(tmp_path: Path) -> None:
+    """`calibrate --write-semantics-tolerances` on a user's matrix: its child process (kernels
+    capped at AVX2) imports the user's package too, the file lands beside the matrix, and once the
+    matrix names it a bf16 cell of the user's task is checked against its own-semantics reference."""
+    user = tmp_path / "user_repo"
+    matrix = str(user / "matrix.toml")
+    assert _harness_here("init", str(user), user=user).returncode == 0
+    made = _harness_here("golden", "--update", "--precision", "bf16", "--matrix", matrix, user=user)
+    assert made.returncode == 0, _out(made)
+
+    measured = _harness("calibrate", "--matrix", matrix, "--write-semantics-tolerances", user=user)
+    assert measured.returncode == 0, _out(measured)
+    written = user / "semantics_tolerances.toml"
+    assert written.is_file() and "[bf16.my_mlp.splits_2]" in written.read_text()
+    add = 'semantics_per_task = "semantics_tolerances.toml"'
+    assert add in measured.stdout, _out(measured)
+
+    def ddp_bf16(name: str) -> dict[str, Any]:
+        report = tmp_path / name
+        done = _harness("run", "--matrix", matrix, "-k", "my_mlp-cpu2-ddp-bf16", "--report-dir", str(report),
+                        user=user)
+        assert done.returncode == 0, _out(done)
+        cell: dict[str, Any] = cells_by_id(report)["my_mlp-cpu2-ddp-bf16"]
+        assert cell["status"] == "passed", cell["reason"]
+        return cell
+
+    unnamed = ddp_bf16("unnamed")
+    assert unnamed["extra"]["semantics"].startswith("not checked: no measured tolerance for bf16 my_mlp")
+    toml = user / "matrix.toml"
+    toml.write_text(toml.read_text().replace("[tolerances]\n", f"[tolerances]\n{add}\n", 1))
+    checked = ddp_bf16("checked")
+    assert checked["extra"]["semantics"].startswith("final weights within atol"), checked["extra"]
+    assert any(c["quantity"].startswith("semantics:state_dict/") for c in checked["comparisons"])
