@@ -80,8 +80,9 @@ class KillRow:
         extras = [f"{len(self.broke)} raised or crashed"] if self.broke else []
         extras += [f"{len(self.unproven)} not counted (did not pass in the control)"] if self.unproven else []
         if self.tolerance_effects:
-            strongest = "on evidence or shape" if self.largest_effect == float("inf") else \
-                f"at most {self.largest_effect:.3g}x the tolerance" + (" (subtle)" if self.subtle else "")
+            subtle = " (subtle)" if self.subtle else ""
+            strongest = ("on evidence, shape or an exact comparison" if self.largest_effect == float("inf")
+                         else f"at most {self.largest_effect:.3g}x the tolerance{subtle}")
             within = f", under {SUBTLE_BELOW:g}x in {self.caught_within} of {len(self.caught)}" \
                 if self.caught_within and not self.subtle else ""
             extras.append(f"effect {strongest}{within}")
@@ -126,12 +127,19 @@ def catch_effect(cell: dict[str, Any]) -> float:
     """How far a caught cell's numbers moved, in multiples of their tolerance: the largest
     `tolerance_used` of its comparisons (the exact tier's, at tolerance 0, left out: for a catch
     by the exact tier alone this is how far inside every tolerance it stayed); inf when it failed
-    on evidence (no number to scale)."""
+    on evidence or on a comparison at tolerance 0 (no number to scale)."""
     if cell.get("failure") == "evidence":
         return float("inf")
-    used = [_share(c.get("tolerance_used")) for c in cell.get("comparisons", [])
-            if not str(c.get("quantity", "")).startswith(EXACT_PREFIX)]
+    used = [float("inf") if _exact_and_failed(c) else _share(c.get("tolerance_used"))
+            for c in cell.get("comparisons", []) if not str(c.get("quantity", "")).startswith(EXACT_PREFIX)]
     return max(used, default=float("inf"))
+
+
+def _exact_and_failed(comparison: dict[str, Any]) -> bool:
+    """A failed comparison at tolerance 0 (loss scales, skipped steps): any difference is no
+    multiple of a tolerance (report.json has it as difference / 1e-300)."""
+    return (not comparison.get("ok", True) and comparison.get("atol") == 0
+            and comparison.get("rtol") == 0)
 
 
 def _share(value: Any) -> float:

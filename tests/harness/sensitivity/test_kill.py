@@ -69,9 +69,15 @@ def test_a_catch_keeps_its_effect_and_an_entry_is_subtle_only_under_10x_wherever
                            control)
     unknown = judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "failed", "divergence", used="inf")]},
                           control)  # type: ignore[arg-type]
-    for row in (evidence, unknown):
+    # A loss scale off the golden's: an exact comparison (tolerance 0), whose share report.json
+    # gives as difference / 1e-300; no multiple of a tolerance, so infinite, never 3e304x.
+    scale = _cell("a-cpu2-ddp-fp32", "failed", "divergence", used=0.2)
+    scale["comparisons"].append({"quantity": "loss_scales", "ok": False,  # type: ignore[attr-defined]
+                                 "tolerance_used": 3.28e304, "atol": 0.0, "rtol": 0.0})
+    exact = judge_cells(_BUG, {"cells": [scale]}, control)
+    for row in (evidence, unknown, exact):
         assert row.largest_effect == float("inf") and not row.subtle
-        assert "effect on evidence or shape" in row.line()
+        assert "effect on evidence, shape or an exact comparison" in row.line()
         assert row.to_json()["effect"] == {"a-cpu2-ddp-fp32": None}
     assert not judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "passed")]}, control).subtle
     assert ("subtle (caught, under 10x the tolerance wherever caught): 1; caught within 10x in some cell: 2"
