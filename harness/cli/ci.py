@@ -28,6 +28,12 @@ of them, reported as a kill matrix (caught in N of M affected cells, each miss w
 comparison). That is 30-40 minutes of launches on 2 cores, too long for every push, where the
 tests run the fast subset; its JSON and every entry's report are kept as the artifact
 `report-sensitivity`.
+
+`nox -s calibrate` runs on every push, in a job of its own (reference only, a minute or two of
+training): it measures the benign noise behind each tolerance on the runner's own CPU and fails
+where a tolerance in force is below it, so a runner whose kernels round differently from the
+machines the tolerances were measured on says so by name (docs/calibration.md); its figures are
+kept as the artifact `report-calibration`.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ SWEEP_CRON = "17 3 * * 1"  # the version sweep: Mondays 03:17 UTC (and workflow_
 SWEEP_MERGE_JOB = "versions-merge"
 SENSITIVITY_JOB = "sensitivity"  # the whole catalog, scheduled
 SENSITIVITY_REPORTS = "reports/sensitivity"  # every trial's report; noxfile writes reports/sensitivity.json
+CALIBRATE_JOB = "calibrate"  # the tolerances against the runner's own noise, every push
 SWEEP_DIR = "reports/versions"  # noxfile.py's `versions` session writes reports/versions/<env>
 SWEEP_ONLY = "github.event_name == 'schedule' || github.event_name == 'workflow_dispatch'"
 NOT_FROM_FORKS = ("github.event_name != 'pull_request' || "
@@ -268,20 +275,39 @@ def _sweep_merge_job(sweep: list[Environment]) -> dict[str, Any]:
             "if": "${{ !cancelled() && (" + SWEEP_ONLY + ") }}", "timeout-minutes": 20, "steps": steps}
 
 
+def _nox_job(name: str, step: str, command: str, artifact: tuple[str, str, str], timeout_minutes: int,
+             condition: str | None = None) -> dict[str, Any]:
+    """A job that runs one nox session (nox makes its venv, torch pinned from the CPU index) and
+    keeps what it wrote as an artifact, also when it failed: `artifact` is (the upload step's name,
+    the artifact's name, its paths)."""
+    upload, artifact_name, paths = artifact
+    steps = _setup_steps()
+    steps.append({"name": "Install nox", "run": "python -m pip install nox\n"})
+    steps.append({"name": step, "env": dict(SWEEP_PIP_ENV), "run": command + "\n"})
+    steps.append({"name": upload, "if": "always()", "uses": "actions/upload-artifact@v4",
+                  "with": {"name": artifact_name, "path": paths, "if-no-files-found": "warn"}})
+    job: dict[str, Any] = {"name": name, "runs-on": ["ubuntu-latest"]}
+    if condition is not None:
+        job["if"] = condition
+    return {**job, "timeout-minutes": timeout_minutes, "steps": steps}
+
+
 def _sensitivity_job() -> dict[str, Any]:
     """The whole catalog as a kill matrix (each entry on every CPU cell it touches, after the
     control run on all of them), on the sweep's schedule."""
-    steps = _setup_steps()
-    steps.append({"name": "Install nox", "run": "python -m pip install nox\n"})
-    steps.append({"name": "Catalog", "env": dict(SWEEP_PIP_ENV),
-                  "run": f"nox -s sensitivity -- --kill-matrix --keep-reports {SENSITIVITY_REPORTS}\n"})
-    steps.append({"name": "Upload catalog report", "if": "always()", "uses": "actions/upload-artifact@v4",
-                  "with": {"name": "report-sensitivity",
-                           "path": f"{SENSITIVITY_REPORTS}.json\n{SENSITIVITY_REPORTS}/\n",
-                           "if-no-files-found": "warn"}})
-    return {"name": "Bug catalog (harness sensitivity --kill-matrix, every entry)",
-            "runs-on": ["ubuntu-latest"],
-            "if": SWEEP_ONLY, "timeout-minutes": 120, "steps": steps}
+    return _nox_job("Bug catalog (harness sensitivity --kill-matrix, every entry)", "Catalog",
+                    f"nox -s sensitivity -- --kill-matrix --keep-reports {SENSITIVITY_REPORTS}",
+                    ("Upload catalog report", "report-sensitivity",
+                     f"{SENSITIVITY_REPORTS}.json\n{SENSITIVITY_REPORTS}/\n"), 120, SWEEP_ONLY)
+
+
+def _calibrate_job() -> dict[str, Any]:
+    """`nox -s calibrate` on every push: the tolerances in force against the benign noise of the
+    plain reference measured on this runner's CPU (it exits 1 where a tolerance, or an own-semantics
+    entry, is below that noise: the cells would fail there on rounding alone), figures kept."""
+    return _nox_job("Tolerances against this runner's noise (harness calibrate)", "Calibrate",
+                    "nox -s calibrate", ("Upload calibration figures", "report-calibration",
+                                         "reports/calibration.json\n"), 30)
 
 
 def workflow(matrix_path: str | Path | None = None) -> dict[str, Any]:
@@ -300,6 +326,7 @@ def workflow(matrix_path: str | Path | None = None) -> dict[str, Any]:
     if sweep:
         jobs[SWEEP_MERGE_JOB] = _sweep_merge_job(sweep)
     jobs[SENSITIVITY_JOB] = _sensitivity_job()
+    jobs[CALIBRATE_JOB] = _calibrate_job()
     triggers: dict[str, Any] = {"push": {"branches": ["main"]}, "pull_request": {}, "workflow_dispatch": {},
                                 "schedule": [{"cron": SWEEP_CRON}]}
     return {

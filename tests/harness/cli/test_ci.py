@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from harness.cli.ci import (
+    CALIBRATE_JOB,
     HEADER,
     MERGE_JOB,
     REPO_ROOT,
@@ -56,7 +57,7 @@ def _sweep() -> dict:  # type: ignore[type-arg]
 def test_one_job_per_environment_on_its_runner_labels() -> None:
     environments = load_matrix().environments
     jobs = workflow()["jobs"]
-    expected = [*(name.replace("_", "-") for name in environments), MERGE_JOB, SENSITIVITY_JOB]
+    expected = [*(name.replace("_", "-") for name in environments), MERGE_JOB, SENSITIVITY_JOB, CALIBRATE_JOB]
     assert sorted(jobs) == sorted(expected + ([SWEEP_MERGE_JOB] if _sweep() else []))
     for name, env in _regular().items():
         job = jobs[name.replace("_", "-")]
@@ -69,8 +70,8 @@ def test_one_job_per_environment_on_its_runner_labels() -> None:
 
 
 def test_every_job_installs_pinned_torch_before_the_project() -> None:
-    # nox installs theirs (pinned): the sweep's jobs and the catalog's
-    sweep_jobs = {name.replace("_", "-") for name in _sweep()} | {SENSITIVITY_JOB}
+    # nox installs theirs (pinned): the sweep's jobs, the catalog's and calibrate's
+    sweep_jobs = {name.replace("_", "-") for name in _sweep()} | {SENSITIVITY_JOB, CALIBRATE_JOB}
     for job_name, job in workflow()["jobs"].items():
         if job_name in sweep_jobs:
             continue
@@ -195,6 +196,18 @@ def test_the_whole_catalog_runs_as_a_kill_matrix_on_the_schedule_and_keeps_its_r
     assert upload["if"] == "always()" and upload["with"]["name"] == "report-sensitivity"
     assert "reports/sensitivity.json" in upload["with"]["path"]
     assert workflow()["on"]["schedule"] == [{"cron": SWEEP_CRON}]
+
+
+def test_calibrate_runs_on_every_push_against_the_runners_own_noise_and_keeps_its_figures() -> None:
+    """The tolerances in force against the benign noise measured on the runner's CPU: a runner
+    whose kernels round differently from the machines they were measured on fails by name."""
+    job = workflow()["jobs"][CALIBRATE_JOB]
+    assert "if" not in job, "every push and pull request, not only on the schedule"
+    step = next(s for s in job["steps"] if s.get("name") == "Calibrate")
+    assert step["run"] == "nox -s calibrate\n" and step["env"]["PIP_INDEX_URL"].endswith("/cpu")
+    upload = next(s for s in job["steps"] if s.get("name") == "Upload calibration figures")
+    assert upload["if"] == "always()" and upload["with"]["name"] == "report-calibration"
+    assert upload["with"]["path"] == "reports/calibration.json\n"
 
 
 def test_sweep_environments_pin_exact_releases_and_compare_with_a_sweep_environment() -> None:
