@@ -182,7 +182,8 @@ def summary_lines(rows: list[KillRow]) -> list[str]:
                  f"entries caught nowhere: {sum(1 for r in rows if not r.caught and not r.error)}; "
                  f"subtle (caught, under {SUBTLE_BELOW:g}x the tolerance wherever caught): "
                  f"{sum(1 for r in rows if r.subtle)}; caught within {SUBTLE_BELOW:g}x in some cell: "
-                 f"{sum(1 for r in rows if r.caught_within)}")
+                 f"{sum(1 for r in rows if r.caught_within)}; missed nowhere (caught in every cell that "
+                 f"did not raise): {sum(1 for r in rows if r.caught and not r.missed)}")
     for row in rows:
         for cell, closest in row.missed.items():
             lines.append(f"  missed {row.bug.name} on {cell}; closest: {closest}")

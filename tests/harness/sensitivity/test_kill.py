@@ -44,6 +44,7 @@ def test_each_cell_is_caught_missed_broken_or_not_counted() -> None:
     lines = summary_lines([row])
     assert any(line.startswith("kill matrix: 1 entries, caught in 2 of 4 affected cells; entries caught "
                                "nowhere: 0; subtle (caught, under 10x the tolerance wherever caught): 0")
+               and line.endswith("missed nowhere (caught in every cell that did not raise): 0")
                for line in lines)
     assert any(line.startswith("  missed toy on c-cpu2-ddp-fp32; closest: c-cpu2-ddp-fp32: eval/logits")
                for line in lines)
@@ -80,8 +81,8 @@ def test_a_catch_keeps_its_effect_and_an_entry_is_subtle_only_under_10x_wherever
         assert "effect on evidence, shape or an exact comparison" in row.line()
         assert row.to_json()["effect"] == {"a-cpu2-ddp-fp32": None}
     assert not judge_cells(_BUG, {"cells": [_cell("a-cpu2-ddp-fp32", "passed")]}, control).subtle
-    assert ("subtle (caught, under 10x the tolerance wherever caught): 1; caught within 10x in some cell: 2"
-            in summary_lines([subtle, loud])[2])
+    assert ("subtle (caught, under 10x the tolerance wherever caught): 1; caught within 10x in some cell: 2; "
+            "missed nowhere (caught in every cell that did not raise): 1" in summary_lines([subtle, loud])[2])
 
 
 def test_a_catch_by_the_exact_tier_alone_is_counted_apart() -> None:
