@@ -29,10 +29,11 @@ KEEP_ON_RESUME = (Status.PASSED, Status.SKIPPED, Status.XFAILED)
 
 def selected_cells(args: argparse.Namespace) -> tuple[Matrix, list[Cell]]:
     matrix = load_matrix(args.matrix)
-    candidates = of_implementations(matrix.cells, matrix.axis("implementation"),
-                                    getattr(args, "implementation", None))
+    implementations = matrix.axis("implementation"), getattr(args, "implementation", None)
+    candidates = of_implementations(matrix.cells, *implementations)
     candidates += [cell for cell, word in matrix.opt_in_cells if opt_in_requested(args.keyword, word)]
-    candidates += matrix.resume_cells if resume_requested(args.keyword, args.markexpr) else []
+    if resume_requested(args.keyword, args.markexpr):  # the core's own: a resume cell's implementation
+        candidates += of_implementations(list(matrix.resume_cells), *implementations)
     cells = select(candidates, args.keyword, args.markexpr)
     if not cells:
         given = " ".join(

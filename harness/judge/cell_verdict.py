@@ -64,7 +64,8 @@ def judge_record(
     try:
         record = Record.load(record_stem)
         golden = load_golden(golden_task_of(cell.task), cell.precision, matrix.golden_dir)
-        tolerance = matrix.tolerance_for(cell.precision, cell.strategy, weights_task(cell, golden.task))
+        tolerance = matrix.tolerance_for(cell.precision, family_strategy(cell),
+                                         weights_task(cell, golden.task))
     except Exception as exc:  # RecordError, GoldenError, a bad tolerance table: the cell is not judged
         return new_result(cell, Status.ERROR, f"{type(exc).__name__}: {exc}", **common)
     comparisons = list(compare_record(record, golden, tolerance, expected_output_dtype(cell)))
@@ -235,6 +236,22 @@ def matches_declared(result: CellResult, expected: Expected | None) -> bool:
     """Would `apply_expected` turn this (unjudged-by-expectations) result into xfailed?"""
     return (expected is not None and result.status.is_unexpected_failure
             and result.status != Status.XPASSED and not _differs_from_declared(result, expected))
+
+
+def family_strategy(cell: Cell) -> str:
+    """The strategy whose family's tolerance judges the cell: its own, but for a resume cell
+    whose source is a ZeRO cell, the source's. Such a run took its first steps under ZeRO's half
+    precision (the model held in the half dtype, masters copied from its rounded weights), and
+    everything after the checkpoint starts from there: it carries the noise the zero family's
+    entries were measured on, which a plain destination's entries never saw. Measured: the same
+    `lm` ZeRO-3 bf16 checkpoint finishes 0.0312 (one bf16 ulp of a logit) from the golden's eval
+    logits whether resumed under ZeRO-3 or DDP, 53% of the zero family's tolerance and 85% of the
+    plain one's. Every zero entry is at least its plain twin (matrix.toml), so this is the wider
+    of the two ends' tolerances; a ZeRO destination is judged by its own family already."""
+    source = cell.source_cell if isinstance(cell, ResumeCell) else None
+    if source is not None and FAMILIES[source.strategy] == "zero":
+        return source.strategy
+    return cell.strategy
 
 
 def weights_task(cell: Cell, golden_task: str) -> str | None:

@@ -77,10 +77,15 @@ def opt_in_requested(keyword: str | None, word: str) -> bool:
 
 
 def resume_requested(keyword: str | None, markexpr: str | None) -> bool:
-    """Resume cells (opt-in) join the candidates when -k or -m names `resume`, or -k names a
-    resume id (only those hold the ':' between source and destination)."""
-    words = f"{keyword or ''} {markexpr or ''}".lower()
-    return "resume" in words or RESUME_SEPARATOR in (keyword or "")
+    """Whether the resume cells join the candidates: in every run without -k (the whole matrix,
+    or a -m selection, which their markers answer like any cell's: `-m "not resume"` leaves them
+    out), and with a -k only when it names `resume` or a resume id (only those hold the ':'
+    between source and destination). A -k of a cell id is a substring of the resume ids that
+    start from that cell, so without this rule `-k lm-cpu2-zero3-fp32` would run resume cells too."""
+    if not keyword:
+        return True
+    words = f"{keyword} {markexpr or ''}".lower()
+    return "resume" in words or RESUME_SEPARATOR in keyword
 
 
 def of_implementations(cells: list[Cell], axis: list[str], asked: list[str] | None) -> list[Cell]:

@@ -3,11 +3,13 @@ its errors (no launch)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 import torch
 
+from harness.cli.run import selected_cells
 from harness.errors import MatrixError
 from harness.judge.outcome import CellResult, Status
 from harness.paths import MATRIX_PATH
@@ -73,7 +75,7 @@ def test_a_task_with_adamw_a_scheduler_and_accumulation_resumes_mid_epoch_at_a_w
     assert demanding, "no resume task has AdamW + a moving scheduler + gradient accumulation"
 
 
-def test_k_selects_resume_ids_with_pytests_grammar_and_they_are_opt_in() -> None:
+def test_k_selects_resume_ids_with_pytests_grammar() -> None:
     matrix = load_matrix()
     picked = select(matrix.resume_cells, "classifier-cpu2-zero3-fp32:cpu1-single-fp32", None)
     assert [c.id for c in picked] == ["classifier-cpu2-zero3-fp32:cpu1-single-fp32"]
@@ -86,6 +88,34 @@ def test_k_selects_resume_ids_with_pytests_grammar_and_they_are_opt_in() -> None
     assert resume_requested("lm-cpu2-ddp-fp32:cpu2-zero3", None)
     assert not resume_requested("classifier and cpu2", "deepspeed")
     assert not any(isinstance(c, ResumeCell) for c in matrix.cells + matrix.all_cells())
+
+
+def _selected(keyword: str | None = None, markexpr: str | None = None,
+              implementation: list[str] | None = None) -> list[Cell]:
+    args = argparse.Namespace(matrix=None, keyword=keyword, markexpr=markexpr, implementation=implementation)
+    return selected_cells(args)[1]
+
+
+def test_the_whole_matrix_and_a_marker_selection_take_the_resume_grid_too() -> None:
+    """save_state/load_state run in no other cell: a run of the whole matrix without the grid
+    would pass a core whose checkpoints cannot be resumed."""
+    resume_ids = {c.id for c in load_matrix().resume_cells}
+    assert resume_ids <= {c.id for c in _selected()}
+    deepspeed_bf16 = {c.id for c in _selected(markexpr="deepspeed and bf16") if isinstance(c, ResumeCell)}
+    assert deepspeed_bf16 and all(":" in i and "bf16" in i and "zero" in i for i in deepspeed_bf16)
+    assert not any(isinstance(c, ResumeCell) for c in _selected(markexpr="not resume"))
+    assert {c.id for c in _selected(markexpr="resume")} == resume_ids
+
+
+def test_a_k_of_a_cell_id_leaves_the_resume_cells_it_is_a_substring_of_out() -> None:
+    assert [c.id for c in _selected(keyword="lm-cpu2-zero3-fp32")] == ["lm-cpu2-zero3-fp32"]
+    assert not any(isinstance(c, ResumeCell) for c in _selected(keyword="zero3"))
+    assert {c.id for c in _selected(keyword="lm-cpu2-zero3-fp32:")} == {
+        c.id for c in load_matrix().resume_cells if c.id.startswith("lm-cpu2-zero3-fp32:")}
+
+
+def test_another_implementations_run_takes_no_resume_cell_of_the_core() -> None:
+    assert not any(isinstance(c, ResumeCell) for c in _selected(implementation=["accelerate"]))
 
 
 def test_markers_of_both_ends() -> None:

@@ -18,16 +18,19 @@ from harness.plan.cell import Cell
 from harness.plan.matrix import load_matrix
 from harness.plan.selection import select
 from harness.run.runner import launch_group_key
-from harness.shard.costs import STARTUP_S, STRATEGY_SECONDS, CostModel, load_costs
+from harness.shard.costs import STARTUP_S, CostModel, load_costs, table_seconds
 from harness.shard.split import SLACK, plan_shards, shape_of
 from tests.harness.runner_helpers import REPO_ROOT
 
 CPU = "not gpu and not multi_gpu"
 
 
-def cpu_cells() -> list[Cell]:
-    """The CPU cells `list`/`run` select by default: the core's (docs/implementations.md)."""
-    return select([c for c in load_matrix().cells if c.implementation == "core"], None, CPU)
+def cpu_cells(resume: bool = False) -> list[Cell]:
+    """The core's CPU cells (docs/implementations.md); with `resume`, the resume grid too, as
+    `list`/`run -m CPU` select them (docs/resume.md)."""
+    matrix = load_matrix()
+    cells = [c for c in matrix.cells if c.implementation == "core"]
+    return select(cells + (list(matrix.resume_cells) if resume else []), None, CPU)
 
 
 def ids_of(cells: list[Cell], positions: tuple[int, ...]) -> list[str]:
@@ -51,7 +54,7 @@ def test_the_cpu_matrix_is_balanced(count: int) -> None:
     plan = plan_shards(cells, count, CostModel())
     # The best any split can do: every cell's seconds and one start-up per shape, spread evenly.
     shapes = {shape_of(c) for c in cells}
-    bound = (sum(STRATEGY_SECONDS[c.strategy] for c in cells) + STARTUP_S * len(shapes)) / count
+    bound = (sum(table_seconds(c) for c in cells) + STARTUP_S * len(shapes)) / count
     assert max(plan.seconds) <= bound * (1 + SLACK) + STARTUP_S, plan.seconds
     assert max(plan.seconds) - min(plan.seconds) < STARTUP_S, "no shard waits a launch's start-up longer"
 
@@ -66,12 +69,14 @@ def test_whole_shapes_stay_together_when_that_balances() -> None:
     assert sorted(map(sorted, shapes)) == [["cpu1"], ["cpu2"]]
 
 
-def test_a_dominant_shape_is_cut_and_each_cut_costs_one_launch_more() -> None:
-    cells = cpu_cells()  # cpu2 holds ~80% of the CPU matrix's seconds: it must be cut
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_dominant_shape_is_cut_and_each_cut_costs_one_launch_more(resume: bool) -> None:
+    cells = cpu_cells(resume)  # cpu2 holds most of the CPU matrix's seconds: it must be cut
+    shapes = len({shape_of(c) for c in cells})
     for count in (2, 3, 4):
         plan = plan_shards(cells, count, CostModel())
         launches = sum(len({shape_of(cells[i]) for i in shard}) for shard in plan.shards)
-        assert launches <= 2 + count - 1, "at most N-1 shapes are cut (greedy over cells would pay 2N)"
+        assert launches <= shapes + count - 1, "at most N-1 shapes are cut (a greedy would pay N each)"
 
 
 def test_the_shape_is_the_runners_launch_group() -> None:
@@ -178,6 +183,7 @@ def test_shard_costs_without_shard_is_refused(tmp_path: Path, capsys: pytest.Cap
 def test_list_shows_one_shard(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list", "-m", CPU, "--shard", "2/3"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    plan = plan_shards(cpu_cells(), 3, CostModel())
-    assert printed[0].startswith(f"shard 2/3: {len(plan.shards[1])} of {len(cpu_cells())} selected cell(s)")
-    assert [line.split()[0] for line in printed[1:-1]] == ids_of(cpu_cells(), plan.shards[1])
+    cells = cpu_cells(resume=True)
+    plan = plan_shards(cells, 3, CostModel())
+    assert printed[0].startswith(f"shard 2/3: {len(plan.shards[1])} of {len(cells)} selected cell(s)")
+    assert [line.split()[0] for line in printed[1:-1]] == ids_of(cells, plan.shards[1])
