@@ -8,9 +8,9 @@ object, world size and device, the DeepSpeed engine's ZeRO stage, partitioned pa
 settings in force, FSDP2's units, sharded parameters, mesh and resolved dtypes
 (harness.judge.fsdp_evidence_check), the dtype the task's autocast site computed in (the first module
 autocast acts on: harness.judge.autocast_site) and the dtype of the first gradient that flowed
-back into such a module's output, how gradients were reduced across ranks, and the loss scales
-the run recorded. Each check below returns one sentence, or None when that piece agrees; the
-first sentence fails the cell.
+back into such a module's output, how gradients were reduced across ranks, the loss scales the
+run recorded, and what accelerator.unwrap_model handed back. Each check below returns one
+sentence, or None when that piece agrees; the first sentence fails the cell.
 """
 
 from __future__ import annotations
@@ -74,10 +74,12 @@ def _present(evidence: dict[str, Any], key: str) -> bool:
 
 
 # Always: what ran, where, on how many processes; whether a training step drew random numbers.
-ALWAYS_REQUIRED = ("strategy", "strategy_class", "world_size", "device", "emulated", "random_draws")
+ALWAYS_REQUIRED = ("strategy", "strategy_class", "world_size", "device", "emulated", "random_draws",
+                   "unwrap_model")
 DEEPSPEED_FIELDS = ("zero_stage", "partitioned_parameters", "parameters", "in_force", "trainable_elements")
 # The fields the checks read as tables (the engine's own, `deepspeed`, is checked apart).
-TABLE_FIELDS = frozenset({"collectives", "collective_elements", "gradients_agreed", "in_force"})
+TABLE_FIELDS = frozenset({"collectives", "collective_elements", "gradients_agreed", "in_force",
+                          "unwrap_model"})
 
 
 def required_fields(cell: Cell, task_name: str) -> tuple[str, ...]:
@@ -221,4 +223,13 @@ def _loss_scaler(cell: Cell, record: Record, _evidence: dict[str, Any], asked: s
     return None
 
 
-CHECKS: tuple[Check, ...] = (_missing, _backend, _engine_settings, _gradient_reduction, _dtypes, _loss_scaler)
+def _unwrapped(_cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) -> str | None:
+    unwrapped = evidence["unwrap_model"]  # required of every cell: _missing saw to that
+    if unwrapped.get("is_the_prepared_module") is not True:
+        return (f"{asked}, accelerator.unwrap_model(model) returned a {unwrapped.get('class')}, not the "
+                "module the loop prepared (what a user saves or inspects after training)")
+    return None
+
+
+CHECKS: tuple[Check, ...] = (_missing, _backend, _engine_settings, _gradient_reduction, _dtypes, _loss_scaler,
+                             _unwrapped)

@@ -55,7 +55,7 @@ def train_task(task: Task, *, precision: str, cpu: bool, zero_stage: int | None,
 def _run(accelerator: Any, task: Task, precision: str, span: RunSpan,
          timer: PhaseTimer, recorder: RankRecorder, adapter: Adapter) -> Record | None:
     processes = accelerator.num_processes
-    model = task.build_model()
+    model = built = task.build_model()
     raw_optimizer = task.build_optimizer(model)
     lr_scheduler = task.build_scheduler(raw_optimizer)
     train = DataLoader(task.train_dataset(), batch_size=task.per_process_batch_size(processes),
@@ -97,7 +97,7 @@ def _run(accelerator: Any, task: Task, precision: str, span: RunSpan,
             break
 
     timer.lap("training")
-    evidence = recorder.evidence(accelerator, model)  # before teardown: the engine is still there
+    evidence = recorder.evidence(accelerator, model, built)  # before teardown: the engine is still there
 
     model.eval()
     logits, labels = [], []

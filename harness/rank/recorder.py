@@ -14,7 +14,10 @@ the objects that ran, never from the cell's request:
 - the collectives called inside backward and optimizer steps and the elements they moved, and,
   where gradients are whole on every rank (not ZeRO, not FSDP2), whether every rank held the same
   gradients before each optimizer step (harness.rank.collectives);
-- whether a training micro-step drew random numbers (harness.rank.randomness).
+- whether a training micro-step drew random numbers (harness.rank.randomness);
+- what `accelerator.unwrap_model(model)` hands back: the module the user built and prepared, which
+  the user loop saves or inspects after training (a wrapper or a copy in its place changes no
+  number the matrix compares).
 The judge (harness.judge.evidence_check) checks the evidence against the cell before any number.
 """
 
@@ -107,11 +110,13 @@ class RankRecorder(Observer):
             self._draws.end()
 
     # -- after training ------------------------------------------------------------------------
-    def evidence(self, accelerator: Any, model: nn.Module) -> dict[str, Any]:
+    def evidence(self, accelerator: Any, model: nn.Module, built: nn.Module) -> dict[str, Any]:
         """Everything the judge reads of what ran; call it after training, before teardown (the
-        engine must still be there)."""
+        engine must still be there). `model`: what prepare returned; `built`: the module the task
+        built and the loop passed to prepare."""
         self.close()
         evidence = {**self._adapter.what_ran(accelerator, model), **self._seen}
+        evidence["unwrap_model"] = unwrapped_evidence(accelerator.unwrap_model(model), built)
         draws = self._draws or RandomDraws(accelerator.device)
         evidence["random_draws"] = draws.evidence()
         # Collectives called inside backward and optimizer.step (the loss logging's are not counted).
@@ -125,6 +130,12 @@ class RankRecorder(Observer):
 
     def close(self) -> None:
         self._installed.close()
+
+
+def unwrapped_evidence(unwrapped: Any, built: nn.Module) -> dict[str, Any]:
+    """What unwrap_model returned, against the module that was prepared: the same object on every
+    backend (DDP's and DeepSpeed's wrappers hold it as `.module`, FSDP2 shards it in place)."""
+    return {"is_the_prepared_module": unwrapped is built, "class": type(unwrapped).__name__}
 
 
 def _sharded(model: nn.Module) -> bool:

@@ -169,7 +169,8 @@ def test_a_gradient_of_another_dtype_fails_on_evidence(fp32_single: Record) -> N
 # naming the field. The single-process fields come from the real run; the 2-process and ZeRO ones
 # from its evidence restated as those runs write it (_as_two_process).
 _FIELDS = [("single", field) for field in ("strategy", "strategy_class", "world_size", "device", "emulated",
-                                           "random_draws", "activation_dtype", "activation_grad_dtype")]
+                                           "random_draws", "activation_dtype", "activation_grad_dtype",
+                                           "unwrap_model")]
 _FIELDS += [("ddp", field) for field in ("collectives", "collective_elements", "gradients_agreed")]
 _FIELDS += [("zero3", field) for field in ("collectives", "collective_elements")]
 _DEEPSPEED = ("zero_stage", "partitioned_parameters", "parameters", "in_force", "trainable_elements")
@@ -191,6 +192,18 @@ def test_a_cell_whose_record_lacks_an_evidence_field_fails_naming_it(fp32_single
     mismatch = str(evidence_mismatch(cell, record))
     assert mismatch.startswith(f"asked for {strategy} fp32 on cpu{processes}"), mismatch
     assert f"no evidence of {field}" in mismatch, mismatch
+
+
+def test_unwrap_model_returning_another_object_fails_on_evidence(tmp_path: Path, fp32_single: Record) -> None:
+    record = copy.deepcopy(fp32_single)
+    assert record.meta["evidence"]["unwrap_model"] == {"is_the_prepared_module": True, "class": "Classifier"}
+    wrapper = {"is_the_prepared_module": False, "class": "DistributedDataParallel"}
+    record.meta["evidence"]["unwrap_model"] = wrapper
+    status, reason = _judge(tmp_path, Cell("classifier", "cpu", 1, "single", "fp32"), record)
+    assert status is Status.FAILED
+    assert reason == ("evidence: asked for single fp32 on cpu1, accelerator.unwrap_model(model) returned a "
+                      "DistributedDataParallel, not the module the loop prepared (what a user saves or "
+                      "inspects after training)")
 
 
 def test_the_real_run_reads_what_ran_from_the_objects(fp32_single: Record) -> None:

@@ -4,6 +4,7 @@ evidence, what ran (the core's what_ran()), and that it leaves no hook or wrappe
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ def test_micro_steps_run_from_a_training_forward_to_the_optimizer_step() -> None
     model.eval()
     with torch.no_grad():
         model(x)  # evaluation: no micro-step
-    evidence = recorder.evidence(accelerator, model)
+    evidence = recorder.evidence(accelerator, model, plain)
     assert evidence["random_draws"] == {"steps": 4, "drawing": 4, "generators": "torch CPU generator"}
     assert recorder.lrs == [[0.1], [0.1]] and recorder.skipped_steps == [] and recorder.loss_scales == []
     assert evidence["strategy"] == "single" and evidence["world_size"] == 1 and evidence["device"] == "cpu"
@@ -57,11 +58,24 @@ def test_draws_nothing_without_dropout_and_the_evidence_keeps_its_keys() -> None
     model, optimizer = accelerator.prepare(plain, torch.optim.SGD(plain.parameters(), lr=0.1))
     accelerator.backward(model(torch.ones(2, 3)).sum())
     optimizer.step()
-    evidence = recorder.evidence(accelerator, model)
+    evidence = recorder.evidence(accelerator, model, plain)
     assert evidence["random_draws"] == {"steps": 1, "drawing": 0, "generators": ""}
     assert list(evidence)[:7] == ["strategy_class", "strategy", "model_class", "world_size", "device",
                                   "emulated", "core_path"]  # what_ran's, then the recorder's own
-    assert list(evidence)[-3:] == ["random_draws", "collectives", "collective_elements"]
+    assert list(evidence)[-4:] == ["unwrap_model", "random_draws", "collectives", "collective_elements"]
+    assert evidence["unwrap_model"] == {"is_the_prepared_module": True, "class": "Linear"}
+
+
+def test_unwrap_model_handing_back_anything_but_the_prepared_module_is_recorded() -> None:
+    """Read from what unwrap_model returned, by identity: a copy with the same class and weights is
+    not the module the user trained (a wrapper is what a wrong unwrap usually returns)."""
+    recorder = RankRecorder(get_task("regression"), RunSpan(), adapter_for("core"))
+    accelerator = Accelerator(cpu=True, observers=[recorder])
+    plain = nn.Linear(3, 1)
+    model = accelerator.prepare(plain)
+    accelerator.unwrap_model = lambda prepared: copy.deepcopy(prepared)  # type: ignore[method-assign]
+    evidence = recorder.evidence(accelerator, model, plain)
+    assert evidence["unwrap_model"] == {"is_the_prepared_module": False, "class": "Linear"}
 
 
 @pytest.mark.fp16
