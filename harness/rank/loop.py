@@ -5,9 +5,10 @@ What it records mirrors harness.golden.reference exactly (same loop, same quanti
 a golden differ only by what the backend did: the per-step loss is the global mean
 (accelerator.reduce), eval outputs are gathered without the padding of the last uneven batch
 (gather_for_metrics), the final state dict is the consolidated one (get_state_dict, a collective
-called on every rank). Everything else the record holds (learning rates, skipped steps, loss
-scales, the evidence of what ran) is the rank's recorder's (harness.rank.recorder), an observer
-the Accelerator tells of each step: the loop below is the user loop of docs/the-user-loop.md.
+called on every rank) as accelerator.save wrote it to a file (harness.rank.saved_weights).
+Everything else the record holds (learning rates, skipped steps, loss scales, the evidence of what
+ran) is the rank's recorder's (harness.rank.recorder), an observer the Accelerator tells of each
+step: the loop below is the user loop of docs/the-user-loop.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from harness.plan.cell import CORE
 from harness.rank.phases import PhaseTimer
 from harness.rank.recorder import RankRecorder
 from harness.rank.resume_point import RunSpan
+from harness.rank.saved_weights import saved_and_read_back
 from harness.record.record_format import Fingerprint, Record
 from harness.tasks.base import Task
 from harness.tasks.shuffled import training_loader_options
@@ -107,9 +109,9 @@ def _run(accelerator: Any, task: Task, precision: str, span: RunSpan,
             logits.append(accelerator.gather_for_metrics(output.logits).cpu())
             labels.append(accelerator.gather_for_metrics(batch["labels"]).cpu())
     accelerator.wait_for_everyone()
-    # every rank: a collective under ZeRO-3
-    state_dict = {} if span.stopped else accelerator.get_state_dict(model)
-    timer.lap("evaluation")  # evidence, the gathered eval outputs, the consolidated state dict
+    # every rank: a collective under ZeRO-3; then saved and read back, as the user loop keeps it
+    state_dict = {} if span.stopped else saved_and_read_back(accelerator, accelerator.get_state_dict(model))
+    timer.lap("evaluation")  # evidence, the gathered eval outputs, the consolidated state dict, saved
     if not accelerator.is_main_process:
         return None
     ran_as, emulated = adapter.ran_as(accelerator)
