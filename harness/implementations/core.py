@@ -35,8 +35,12 @@ class CoreAdapter(Adapter):
             config = FORCE_ZERO3_PARTITIONING if settings.zero_stage == 3 else None
             plugin = DeepSpeedPlugin(zero_stage=settings.zero_stage, config=config,
                                      cpu_fp16_emulation=settings.cpu_fp16_emulation)
+        # fp16 as the user loop spells it (docs/the-user-loop.md: Accelerator(fp16=True)), so the
+        # matrix runs the connector's resolution of that switch too; bf16 and fp32 have one spelling.
+        fp16 = settings.mixed_precision == "fp16"
+        precision: dict[str, Any] = {"fp16": True} if fp16 else {"mixed_precision": settings.mixed_precision}
         return Accelerator(
-            mixed_precision=settings.mixed_precision, cpu=settings.cpu,
+            **precision, cpu=settings.cpu,
             gradient_accumulation_steps=task.gradient_accumulation_steps, deepspeed_plugin=plugin,
             # FSDPPlugin's defaults, as `launch --backend fsdp` gives a script that passes no plugin
             fsdp_plugin=FSDPPlugin() if settings.fsdp else None, observers=list(observers),
