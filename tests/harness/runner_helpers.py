@@ -270,7 +270,8 @@ def cells_by_id(report_dir: Path) -> dict[str, dict[str, Any]]:
 SINGLE_CPU_EVIDENCE = {"strategy": "single", "strategy_class": "SingleDeviceStrategy",
                        "world_size": 1, "device": "cpu", "emulated": False,
                        "random_draws": {"steps": 16, "drawing": 0, "generators": ""},
-                       "activation_dtype": "float32", "activation_grad_dtype": "float32"}
+                       "activation_dtype": "float32", "activation_grad_dtype": "float32",
+                       "unwrap_model": {"is_the_prepared_module": True, "class": "RegressionModel"}}
 
 
 def golden_as_record(golden_stem: Path, record_stem: Path) -> None:
