@@ -9,7 +9,8 @@ settings in force, FSDP2's units, sharded parameters, mesh and resolved dtypes
 (harness.judge.fsdp_evidence_check), the dtype the task's autocast site computed in (the first module
 autocast acts on: harness.judge.autocast_site) and the dtype of the first gradient that flowed
 back into such a module's output, how gradients were reduced across ranks, the loss scales the
-run recorded, and what accelerator.unwrap_model handed back. Each check below returns one
+run recorded, what accelerator.unwrap_model handed back and what accelerator.gather returned
+for a whole model output (harness.rank.gather_check). Each check below returns one
 sentence, or None when that piece agrees; the first sentence fails the cell.
 """
 
@@ -75,11 +76,11 @@ def _present(evidence: dict[str, Any], key: str) -> bool:
 
 # Always: what ran, where, on how many processes; whether a training step drew random numbers.
 ALWAYS_REQUIRED = ("strategy", "strategy_class", "world_size", "device", "emulated", "random_draws",
-                   "unwrap_model")
+                   "unwrap_model", "gather")
 DEEPSPEED_FIELDS = ("zero_stage", "partitioned_parameters", "parameters", "in_force", "trainable_elements")
 # The fields the checks read as tables (the engine's own, `deepspeed`, is checked apart).
 TABLE_FIELDS = frozenset({"collectives", "collective_elements", "gradients_agreed", "in_force",
-                          "unwrap_model"})
+                          "unwrap_model", "gather"})
 
 
 def required_fields(cell: Cell, task_name: str) -> tuple[str, ...]:
@@ -231,5 +232,14 @@ def _unwrapped(_cell: Cell, _record: Record, evidence: dict[str, Any], asked: st
     return None
 
 
+def _gathered(_cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) -> str | None:
+    gather = evidence["gather"]  # required of every cell: _missing saw to that
+    if gather.get("agreed") != gather.get("batches"):
+        return (f"{asked}, accelerator.gather of a model output disagreed with gather_for_metrics on "
+                f"{gather.get('batches', 0) - gather.get('agreed', 0)} of {gather.get('batches')} eval "
+                f"batches ({gather.get('first_disagreement')})")
+    return None
+
+
 CHECKS: tuple[Check, ...] = (_missing, _backend, _engine_settings, _gradient_reduction, _dtypes, _loss_scaler,
-                             _unwrapped)
+                             _unwrapped, _gathered)

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 from harness.implementations import adapter_for
 from harness.implementations.base import Adapter, CellSettings
 from harness.plan.cell import CORE
+from harness.rank.gather_check import GatherCheck
 from harness.rank.phases import PhaseTimer
 from harness.rank.recorder import RankRecorder
 from harness.rank.resume_point import RunSpan
@@ -103,11 +104,16 @@ def _run(accelerator: Any, task: Task, precision: str, span: RunSpan,
 
     model.eval()
     logits, labels = [], []
+    gathers = GatherCheck(processes)
     with torch.no_grad():
         for batch in [] if span.stopped else eval_data:  # a source stops at its checkpoint
             output = model(**batch)
             logits.append(accelerator.gather_for_metrics(output.logits).cpu())
             labels.append(accelerator.gather_for_metrics(batch["labels"]).cpu())
+            # the user loop's gather of the whole output (a model output is a mapping)
+            given = {"logits": output.logits, **({"loss": output.loss} if output.loss is not None else {})}
+            gathers.add(accelerator.gather(given), set(given), output.logits.shape[0], logits[-1])
+    evidence["gather"] = gathers.evidence()
     accelerator.wait_for_everyone()
     # every rank: a collective under ZeRO-3; then saved and read back, as the user loop keeps it
     state_dict = {} if span.stopped else saved_and_read_back(accelerator, accelerator.get_state_dict(model))

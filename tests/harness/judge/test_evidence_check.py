@@ -170,7 +170,7 @@ def test_a_gradient_of_another_dtype_fails_on_evidence(fp32_single: Record) -> N
 # from its evidence restated as those runs write it (_as_two_process).
 _FIELDS = [("single", field) for field in ("strategy", "strategy_class", "world_size", "device", "emulated",
                                            "random_draws", "activation_dtype", "activation_grad_dtype",
-                                           "unwrap_model")]
+                                           "unwrap_model", "gather")]
 _FIELDS += [("ddp", field) for field in ("collectives", "collective_elements", "gradients_agreed")]
 _FIELDS += [("zero3", field) for field in ("collectives", "collective_elements")]
 _DEEPSPEED = ("zero_stage", "partitioned_parameters", "parameters", "in_force", "trainable_elements")
@@ -204,6 +204,20 @@ def test_unwrap_model_returning_another_object_fails_on_evidence(tmp_path: Path,
     assert reason == ("evidence: asked for single fp32 on cpu1, accelerator.unwrap_model(model) returned a "
                       "DistributedDataParallel, not the module the loop prepared (what a user saves or "
                       "inspects after training)")
+
+
+def test_a_gather_that_disagreed_with_gather_for_metrics_fails_on_evidence(tmp_path: Path,
+                                                                          fp32_single: Record) -> None:
+    record = copy.deepcopy(fp32_single)
+    gather = record.meta["evidence"]["gather"]
+    assert gather["batches"] > 0 and gather["agreed"] == gather["batches"], gather
+    record.meta["evidence"]["gather"] = {"batches": 4, "agreed": 3,
+                                         "first_disagreement": "eval batch 2: logits came back with 3 rows"}
+    status, reason = _judge(tmp_path, Cell("classifier", "cpu", 1, "single", "fp32"), record)
+    assert status is Status.FAILED
+    assert reason == ("evidence: asked for single fp32 on cpu1, accelerator.gather of a model output "
+                      "disagreed with gather_for_metrics on 1 of 4 eval batches (eval batch 2: logits "
+                      "came back with 3 rows)")
 
 
 def test_the_real_run_reads_what_ran_from_the_objects(fp32_single: Record) -> None:

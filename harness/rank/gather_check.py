@@ -1,0 +1,57 @@
+"""The user loop's `accelerator.gather(output)`, made on every eval batch and checked against what
+the record keeps.
+
+The record's eval outputs come from `gather_for_metrics` (the padding of an uneven last batch
+left out, so they compare with the golden). The user loop of docs/the-user-loop.md gathers with
+`gather` instead, and gathers the whole model output, a structure: a Hugging Face model output is
+a mapping of `loss` and `logits`. So the loop gathers that mapping too, and this checks what came
+back: the same keys, every process's rows (processes x local rows), one loss per process, and
+logits whose first rows are exactly the ones gather_for_metrics kept. A core whose gather drops
+a key, returns one process's rows or reorders them fails the cell on evidence (`gather`), where
+no compared number moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+
+class GatherCheck:
+    def __init__(self, processes: int) -> None:
+        self._processes = processes
+        self._batches = 0
+        self._agreed = 0
+        self._first: str | None = None
+
+    def add(self, gathered: Any, keys: set[str], local_rows: int, for_metrics: torch.Tensor) -> None:
+        """`gathered`: accelerator.gather of one eval batch's {"logits": ..., "loss": ...} (the
+        loss where the model returned one), whose `keys` those are; `local_rows`: this process's
+        rows in it; `for_metrics`: gather_for_metrics(logits)."""
+        self._batches += 1
+        problem = self._problem(gathered, keys, local_rows, for_metrics)
+        if problem is None:
+            self._agreed += 1
+        elif self._first is None:
+            self._first = f"eval batch {self._batches}: {problem}"
+
+    def _problem(self, gathered: Any, keys: set[str], local_rows: int,
+                 for_metrics: torch.Tensor) -> str | None:
+        if not isinstance(gathered, Mapping) or set(gathered) != keys:
+            found = sorted(gathered) if isinstance(gathered, Mapping) else "no keys"
+            return f"it returned a {type(gathered).__name__} ({found}) for a dict of {sorted(keys)}"
+        logits, loss = gathered["logits"], gathered.get("loss")
+        rows = self._processes * local_rows
+        if logits.shape[0] != rows:
+            return f"logits came back with {logits.shape[0]} rows, not {self._processes} x {local_rows}"
+        if loss is not None and tuple(loss.shape) != (self._processes,):
+            return f"the loss came back with shape {tuple(loss.shape)}, not one per process"
+        kept = for_metrics.shape[0]
+        if not torch.equal(logits[:kept].detach().cpu(), for_metrics):
+            return f"its logits' first {kept} rows are not the ones gather_for_metrics returned"
+        return None
+
+    def evidence(self) -> dict[str, Any]:
+        return {"batches": self._batches, "agreed": self._agreed, "first_disagreement": self._first}

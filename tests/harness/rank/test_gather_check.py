@@ -1,0 +1,52 @@
+"""The user loop's gather of a whole model output, checked against gather_for_metrics
+(harness.rank.gather_check): what a correct gather returns agrees; each way a gather goes wrong
+is named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from harness.rank.gather_check import GatherCheck
+
+PROCESSES, LOCAL_ROWS = 2, 3
+LOGITS = torch.arange(12.0).reshape(6, 2)  # two processes' 3 rows each, in rank order
+KEPT = LOGITS[:5]  # gather_for_metrics of an uneven last batch: the duplicate row left out
+KEYS = {"logits", "loss"}
+
+
+def _checked(gathered: Any, keys: set[str] = KEYS) -> dict[str, Any]:
+    check = GatherCheck(PROCESSES)
+    check.add(gathered, keys, LOCAL_ROWS, KEPT)
+    return check.evidence()
+
+
+def test_a_correct_gather_agrees() -> None:
+    assert _checked({"logits": LOGITS, "loss": torch.tensor([0.5, 0.7])}) == {
+        "batches": 1, "agreed": 1, "first_disagreement": None}
+    assert _checked({"logits": LOGITS}, {"logits"})["agreed"] == 1  # a model that returned no loss
+
+
+@pytest.mark.parametrize(("gathered", "why"), [
+    ({"logits": LOGITS}, "it returned a dict (['logits']) for a dict of ['logits', 'loss']"),
+    (LOGITS, "it returned a Tensor (no keys) for a dict of ['logits', 'loss']"),
+    ({"logits": LOGITS[:3], "loss": torch.tensor([0.5, 0.7])}, "logits came back with 3 rows, not 2 x 3"),
+    ({"logits": LOGITS, "loss": torch.tensor(0.5)}, "the loss came back with shape (), not one per process"),
+    ({"logits": LOGITS.flip(0), "loss": torch.tensor([0.5, 0.7])},
+     "its logits' first 5 rows are not the ones gather_for_metrics returned"),
+])
+def test_each_wrong_gather_is_named(gathered: Any, why: str) -> None:
+    evidence = _checked(gathered)
+    assert evidence["agreed"] == 0 and evidence["first_disagreement"] == f"eval batch 1: {why}"
+
+
+def test_the_first_disagreement_is_kept_and_every_batch_counted() -> None:
+    check = GatherCheck(PROCESSES)
+    good = {"logits": LOGITS, "loss": torch.tensor([0.5, 0.7])}
+    for gathered in (good, {"logits": LOGITS}, good, LOGITS):
+        check.add(gathered, KEYS, LOCAL_ROWS, KEPT)
+    evidence = check.evidence()
+    assert (evidence["batches"], evidence["agreed"]) == (4, 2)
+    assert str(evidence["first_disagreement"]).startswith("eval batch 2: ")
