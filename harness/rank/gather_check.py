@@ -49,9 +49,17 @@ class GatherCheck:
         if loss is not None and tuple(loss.shape) != (self._processes,):
             return f"the loss came back with shape {tuple(loss.shape)}, not one per process"
         kept = for_metrics.shape[0]
-        if not torch.equal(logits[:kept].detach().cpu(), for_metrics):
+        if not _same(logits[:kept].detach().cpu(), for_metrics):
             return f"its logits' first {kept} rows are not the ones gather_for_metrics returned"
         return None
 
     def evidence(self) -> dict[str, Any]:
         return {"batches": self._batches, "agreed": self._agreed, "first_disagreement": self._first}
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal element for element, NaN where NaN (a run that diverged to NaN is the numbers'
+    failure to report, not the gather's)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(((a == b) | (a.isnan() & b.isnan())).all()) if a.is_floating_point() else torch.equal(a, b)

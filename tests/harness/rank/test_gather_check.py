@@ -42,6 +42,15 @@ def test_each_wrong_gather_is_named(gathered: Any, why: str) -> None:
     assert evidence["agreed"] == 0 and evidence["first_disagreement"] == f"eval batch 1: {why}"
 
 
+def test_nan_logits_gathered_as_they_are_agree() -> None:
+    """A run that diverged to NaN fails on its numbers (the diagnosis names the step), not here."""
+    logits = LOGITS.clone()
+    logits[1, 0] = float("nan")
+    check = GatherCheck(PROCESSES)
+    check.add({"logits": logits, "loss": torch.tensor([float("nan"), 0.7])}, KEYS, LOCAL_ROWS, logits[:5])
+    assert check.evidence()["agreed"] == 1
+
+
 def test_the_first_disagreement_is_kept_and_every_batch_counted() -> None:
     check = GatherCheck(PROCESSES)
     good = {"logits": LOGITS, "loss": torch.tensor([0.5, 0.7])}
