@@ -7,11 +7,12 @@ accelerate_core/evidence, and the collectives, activation dtypes and random draw
 object, world size and device, the DeepSpeed engine's ZeRO stage, partitioned parameters and the
 settings in force, FSDP2's units, sharded parameters, mesh and resolved dtypes
 (harness.judge.fsdp_evidence_check), the dtype the task's autocast site computed in (the first module
-autocast acts on: harness.judge.autocast_site) and the dtype of the first gradient that flowed
-back into such a module's output, how gradients were reduced across ranks, the loss scales the
-run recorded, what accelerator.unwrap_model handed back and what accelerator.gather returned
-for a whole model output (harness.rank.gather_check). Each check below returns one
-sentence, or None when that piece agrees; the first sentence fails the cell.
+autocast acts on: harness.judge.autocast_site), in training and in evaluation, and the dtype
+of the first gradient that flowed back into such a module's output, how gradients were reduced
+across ranks, the loss scales the run recorded, what accelerator.unwrap_model handed back and
+what accelerator.gather returned for a whole model output (harness.rank.gather_check). Each
+check below returns one sentence, or None when that piece agrees; the first sentence fails the
+cell.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def required_fields(cell: Cell, task_name: str) -> tuple[str, ...]:
             fields.append("gradients_agreed")
     # (An absent "fsdp" block is _backend's, as an absent engine is: "the run had no FSDP2 units".)
     if autocast_acts(task_name):  # where autocast and half-precision casts show
-        fields += ["activation_dtype", "activation_grad_dtype"]
+        fields += ["activation_dtype", "activation_grad_dtype", "eval_activation_dtype"]
     return tuple(fields)
 
 
@@ -193,7 +194,7 @@ def _gradient_reduction(cell: Cell, record: Record, evidence: dict[str, Any], as
     return None
 
 
-def _dtypes(cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) -> str | None:
+def _dtypes(cell: Cell, record: Record, evidence: dict[str, Any], asked: str) -> str | None:
     site = _site_of(cell.task)
     if site is _NO_SITE:
         if cell.precision == "fp32":
@@ -213,6 +214,10 @@ def _dtypes(cell: Cell, _record: Record, evidence: dict[str, Any], asked: str) -
     if gradients != wanted:
         return (f"{asked}, the gradient flowing back into the output of a module autocast acts on "
                 f"was {gradients}")
+    evaluated = evidence["eval_activation_dtype"]  # None: no evaluation forward reached the site
+    if record.eval_outputs and evaluated != wanted:
+        return (f"{asked}, evaluation computed in {evaluated or 'nothing the evidence saw'} at the "
+                f"first module autocast acts on{where} (training computed in {activations})")
     return None
 
 

@@ -69,6 +69,35 @@ def watching_activations(model: nn.Module, seen: dict[str, Any], site: AutocastS
             handle.remove()
 
 
+@contextmanager
+def watching_evaluation(model: nn.Module, evidence: dict[str, Any],
+                        site: AutocastSite | None) -> Iterator[None]:
+    """Record the dtype the task's autocast site computed its output in during the first forward of
+    evaluation (`eval_activation_dtype`; None when no evaluation forward reached it). Evaluation
+    runs at the cell's precision as training does, and a core that autocasts only the training
+    forward hands back eval outputs computed in fp32, which the golden's tolerance cannot tell from
+    bf16 ones where a task's output is cast to fp32 anyway (docs/sensitivity.md,
+    `autocast_in_training_only`). A model autocast acts on nowhere records nothing."""
+    if site is None:
+        yield
+        return
+    evidence["eval_activation_dtype"] = None
+    first = dict(_inner(model).named_modules()).get(site.module)
+
+    def hook(module: nn.Module, _inputs: Any, output: Any) -> None:
+        tensor = floating_output(output)
+        if tensor is not None and evidence["eval_activation_dtype"] is None:
+            evidence["eval_activation_dtype"] = _name(tensor.dtype)
+
+    # prepend: before ZeRO-3's own forward hooks, as in watching_activations.
+    handle = None if first is None else first.register_forward_hook(hook, prepend=True)
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.remove()
+
+
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 

@@ -105,7 +105,7 @@ def _run(accelerator: Any, task: Task, precision: str, span: RunSpan,
     model.eval()
     logits, labels = [], []
     gathers = GatherCheck(processes)
-    with torch.no_grad():
+    with torch.no_grad(), recorder.watching_evaluation(model, evidence):
         for batch in [] if span.stopped else eval_data:  # a source stops at its checkpoint
             output = model(**batch)
             logits.append(accelerator.gather_for_metrics(output.logits).cpu())

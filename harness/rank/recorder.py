@@ -24,7 +24,7 @@ The judge (harness.judge.evidence_check) checks the evidence against the cell be
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
 
 import torch
@@ -33,7 +33,7 @@ from torch import nn
 from accelerate_core.observers import Observer
 from harness.implementations.base import Adapter
 from harness.judge.autocast_site import autocast_site
-from harness.rank.activations import watching_activations
+from harness.rank.activations import watching_activations, watching_evaluation
 from harness.rank.collectives import CollectiveCounter, gradients_agree_across_ranks
 from harness.rank.randomness import RandomDraws
 from harness.rank.resume_point import RunSpan
@@ -127,6 +127,11 @@ class RankRecorder(Observer):
         if self._span.evidence() is not None:
             evidence["resume"] = self._span.evidence()
         return evidence
+
+    def watching_evaluation(self, model: nn.Module, evidence: dict[str, Any]) -> AbstractContextManager[None]:
+        """While the loop evaluates: the dtype evaluation computed in, into `evidence`
+        (harness.rank.activations.watching_evaluation)."""
+        return watching_evaluation(model, evidence, self._site)
 
     def close(self) -> None:
         self._installed.close()

@@ -85,6 +85,24 @@ CORE_BUGS: tuple[Bug, ...] = (
                  "no-op, bfloat16 only cast the parameters)",
     ),
     Bug(
+        name="autocast_in_training_only",
+        area="autocast",
+        file="precision/base.py",
+        search="            with autocast():\n                return original(*args, **kwargs)",
+        replace=("            if not module.training:  # evaluation in full precision\n"
+                 "                return original(*args, **kwargs)\n"
+                 "            with autocast():\n                return original(*args, **kwargs)"),
+        select="classifier-cpu1-single-bf16",
+        # The amp path only. A ZeRO engine's weights are half already, so its evaluation computes in
+        # half with or without autocast (measured: its 48 fp16/bf16 CPU cells pass with the patch);
+        # FSDP2 casts parameters itself and wraps no forward in autocast (precision/fsdp.py).
+        affects="(bf16 or fp16) and (cpu1-single or cpu2-ddp)",
+        imitates="mixed precision applied to the training forward only, so evaluation silently runs in "
+                 "fp32 and its outputs differ from what the same model gives in training precision "
+                 "(huggingface/transformers#43302: training and evaluation forwards under different "
+                 "autocast, inconsistent dtypes between them)",
+    ),
+    Bug(
         name="bf16_autocasts_to_fp16",
         area="autocast",
         file="precision/amp.py",

@@ -271,6 +271,7 @@ SINGLE_CPU_EVIDENCE = {"strategy": "single", "strategy_class": "SingleDeviceStra
                        "world_size": 1, "device": "cpu", "emulated": False,
                        "random_draws": {"steps": 16, "drawing": 0, "generators": ""},
                        "activation_dtype": "float32", "activation_grad_dtype": "float32",
+                       "eval_activation_dtype": "float32",
                        "unwrap_model": {"is_the_prepared_module": True, "class": "RegressionModel"},
                        "gather": {"batches": 2, "agreed": 2, "first_disagreement": None}}
 

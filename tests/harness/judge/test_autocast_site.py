@@ -50,6 +50,7 @@ def test_a_bf16_run_records_what_it_computed_in() -> None:
     evidence = _run("regression", "bf16").meta["evidence"]
     assert (evidence["activation_dtype"], evidence["activation_grad_dtype"], evidence["weight_dtype"]) == (
         "bfloat16", "bfloat16", "float32")  # autocast: half activations over fp32 weights
+    assert evidence["eval_activation_dtype"] == "bfloat16"  # evaluation at the cell's precision too
     assert evidence["autocast_site"] == "the model itself (RegressionModel)"
 
 
@@ -62,7 +63,7 @@ def test_a_task_autocast_acts_on_nowhere_says_so_and_fails_its_half_cells(
     evidence = record.meta["evidence"]
     assert evidence["autocast_site"].startswith(
         "none: no module of ElementwiseModel computes in a half dtype")
-    assert "activation_dtype" not in evidence
+    assert "activation_dtype" not in evidence and "eval_activation_dtype" not in evidence
     # fp32 needs no autocast: nothing missing, nothing to see.
     assert evidence_mismatch(Cell(task.name, "cpu", 1, "single", "fp32"), record) is None
     mismatch = str(evidence_mismatch(Cell(task.name, "cpu", 1, "single", "bf16"), record))

@@ -76,7 +76,8 @@ def _judge(cell_id: str, tmp_path: Path, draws: int) -> CellResult:
     cell = Cell.from_id(cell_id)
     record = load_golden("dropout", "fp32")
     evidence = {**SINGLE_CPU_EVIDENCE, "world_size": cell.processes, "strategy": cell.strategy,
-                "activation_dtype": "float32", "activation_grad_dtype": "float32"}
+                "activation_dtype": "float32", "activation_grad_dtype": "float32",
+                "eval_activation_dtype": "float32"}
     if cell.processes > 1:  # what a DDP run writes besides (the judge requires every field)
         evidence.update(strategy_class="DDPStrategy", collectives={}, collective_elements={},
                         gradients_agreed={"steps": len(record.lrs), "agreed": len(record.lrs)})

@@ -58,7 +58,8 @@ def test_asked_for_bf16_but_computed_in_fp32_fails_on_evidence_though_the_number
                       "embed (Linear), computed in float32")
     # The numbers alone: every comparison inside the bf16 tolerance (why evidence must come first).
     record = copy.deepcopy(fp32_single)
-    record.meta["evidence"].update(activation_dtype="bfloat16", activation_grad_dtype="bfloat16")
+    record.meta["evidence"].update(activation_dtype="bfloat16", activation_grad_dtype="bfloat16",
+                                   eval_activation_dtype="bfloat16")
     assert _judge(tmp_path, cell, record)[0] is Status.PASSED
 
 
@@ -156,6 +157,22 @@ def test_engine_precision_or_accumulation_other_than_asked_fails_on_evidence(fp3
                                                "micro-steps, the task over 2")
 
 
+def test_an_evaluation_computed_in_another_dtype_than_training_fails_on_evidence(fp32_single: Record) -> None:
+    """A core that autocasts the training forward only (catalog: autocast_in_training_only): the
+    classifier's logits come out fp32 either way, and inside the bf16 tolerance of the golden's."""
+    record = copy.deepcopy(fp32_single)
+    record.meta["evidence"].update(activation_dtype="bfloat16", activation_grad_dtype="bfloat16")
+    cell = Cell("classifier", "cpu", 1, "single", "bf16")
+    assert evidence_mismatch(cell, record) == (
+        "asked for single bf16 on cpu1, evaluation computed in float32 at the first module autocast acts "
+        "on, embed (Linear), (training computed in bfloat16)")
+    record.meta["evidence"]["eval_activation_dtype"] = None  # no evaluation forward reached the site
+    assert "evaluation computed in nothing the evidence saw" in str(evidence_mismatch(cell, record))
+    # A run that evaluated nothing (a resume source stops at its checkpoint) has nothing to judge.
+    record.eval_outputs = {}
+    assert evidence_mismatch(cell, record) is None
+
+
 def test_a_gradient_of_another_dtype_fails_on_evidence(fp32_single: Record) -> None:
     record = copy.deepcopy(fp32_single)
     record.meta["evidence"].update(activation_dtype="bfloat16", activation_grad_dtype="float32")
@@ -170,6 +187,7 @@ def test_a_gradient_of_another_dtype_fails_on_evidence(fp32_single: Record) -> N
 # from its evidence restated as those runs write it (_as_two_process).
 _FIELDS = [("single", field) for field in ("strategy", "strategy_class", "world_size", "device", "emulated",
                                            "random_draws", "activation_dtype", "activation_grad_dtype",
+                                           "eval_activation_dtype",
                                            "unwrap_model", "gather")]
 _FIELDS += [("ddp", field) for field in ("collectives", "collective_elements", "gradients_agreed")]
 _FIELDS += [("zero3", field) for field in ("collectives", "collective_elements")]

@@ -49,7 +49,7 @@ def _as_fsdp(record: Record, precision: str = "fp32", **changes: Any) -> Record:
                     world_size=2,
                     collectives={"all_gather_single": 48, "reduce_scatter_single": 32},
                     collective_elements={"all_gather_single": 8288, "reduce_scatter_single": 5472},
-                    activation_dtype=half, activation_grad_dtype=half)
+                    activation_dtype=half, activation_grad_dtype=half, eval_activation_dtype=half)
     defaults = {"param_dtype": half, "output_dtype": "none" if precision == "fp32" else "float32"}
     evidence["fsdp"] = _fsdp_block(**{**defaults, **changes})
     return record
