@@ -126,6 +126,8 @@ class PreparedDataLoader:
         self.current_order: list[int] = []
         #: the order of a pass restored from a checkpoint, used instead of drawing one
         self._restored_order: list[int] | None = None
+        #: the next pass continues one restored from a checkpoint (restore() sets it)
+        self._restored_pass = False
         order: Callable[[int], list[int]]
         if isinstance(sampler, RandomSampler):
             if sampler.replacement or sampler.num_samples != num_samples:
@@ -197,8 +199,11 @@ class PreparedDataLoader:
         self.resume_skip = 0
         self.position = skip
         # A restored pass draws nothing: the uninterrupted run drew its base seed and order before
-        # it saved, and the generator and random streams are already where they were then.
-        streams = _RandomStreams(self.base.generator) if self._restored_order is not None else None
+        # it saved, and the generator and random streams are already where they were then. So for
+        # a loader in order too: its iterator draws a base seed from the global stream, which would
+        # put every random number after the resume (dropout masks) one draw off the uninterrupted run.
+        streams = _RandomStreams(self.base.generator) if self._restored_pass else None
+        self._restored_pass = False
         try:
             iterator = iter(self.loader)  # reads the batch sampler (and its skip) now
         finally:
@@ -266,6 +271,7 @@ class PreparedDataLoader:
         self.epoch = int(entry["epoch"])
         self.position = 0
         self.resume_skip = skip
+        self._restored_pass = True
 
 
     def _restore_shuffle(self, entry: dict[str, Any], legacy_seed: Any) -> None:

@@ -66,6 +66,22 @@ CHECKPOINT_BUGS: tuple[Bug, ...] = (
                  "(huggingface/accelerate#2016: the resumed dataloader yields another sequence of batches)",
     ),
     Bug(
+        name="resume_random_streams_one_draw_off",
+        area="checkpoint",
+        file="data.py",
+        search="        streams = _RandomStreams(self.base.generator) if self._restored_pass else None",
+        replace=("        streams = (_RandomStreams(self.base.generator)\n"
+                 "                   if self._restored_order is not None else None)"),
+        select="dropout-cpu1-single-fp32:cpu1-single-fp32",
+        # The resume cells of a task that draws random numbers in training (dropout masks).
+        affects="resume and dropout",
+        imitates="the random streams restored before the resumed DataLoader's iterator draws its base seed "
+                 "from the global stream, so every random number after the resume (dropout masks) is one "
+                 "draw off the uninterrupted run; this core had it for loaders in order until the resume "
+                 "grid gained a dropout task (NVIDIA-NeMo/Megatron-Bridge#5257: checkpoint RNG restore not "
+                 "closed over data-iterator creation, resumed runs drift by one random64 draw)",
+    ),
+    Bug(
         name="resume_optimizer_moments_saved_bf16",
         area="checkpoint",
         file="checkpoint/optimizer_state.py",

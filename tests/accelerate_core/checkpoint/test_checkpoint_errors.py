@@ -215,3 +215,36 @@ def test_resume_converts_the_position_to_another_global_batch(tmp_path: Path) ->
     accelerator, _ = prepared(3)
     with pytest.raises(CheckpointError, match="not a whole number"):
         accelerator.load_state(tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["in-order", "shuffled"])
+def test_the_random_numbers_after_a_resume_are_the_uninterrupted_runs(tmp_path: Path, shuffle: bool) -> None:
+    """Dropout after a resume: the uninterrupted run drew its loader iterator's base seed at the
+    start of the epoch, before it saved; the resumed pass must not draw it again, shuffled or not
+    (an in-order loader's iterator draws one too), or every mask after the resume is one draw off."""
+
+    def prepared() -> tuple[Accelerator, Any]:
+        accelerator = Accelerator(cpu=True)
+        loader = DataLoader(Pairs(), batch_size=4, shuffle=shuffle,
+                            generator=torch.Generator().manual_seed(3) if shuffle else None)
+        return accelerator, accelerator.prepare(loader)
+
+    torch.manual_seed(0)
+    accelerator, loader = prepared()
+    batches = iter(loader)
+    for _ in range(2):
+        next(batches)
+        torch.rand(3)  # the masks of a training step
+    accelerator.save_state(tmp_path / "ckpt")
+    expected = [(batch["x"], torch.rand(3)) for batch in batches]
+    accelerator.free_memory()
+
+    torch.manual_seed(1)  # another stream: load_state puts the saved one back
+    accelerator, loader = prepared()
+    accelerator.load_state(tmp_path / "ckpt")
+    resumed = [(batch["x"], torch.rand(3)) for batch in accelerator.skip_first_batches(loader)]
+    assert len(resumed) == len(expected) > 0
+    for (x, draws), (want_x, want_draws) in zip(resumed, expected, strict=True):
+        torch.testing.assert_close(x, want_x, rtol=0, atol=0)
+        torch.testing.assert_close(draws, want_draws, rtol=0, atol=0)
+    accelerator.free_memory()
