@@ -9,6 +9,11 @@ back: the same keys, every process's rows (processes x local rows), one loss per
 logits whose first rows are exactly the ones gather_for_metrics kept. A core whose gather drops
 a key, returns one process's rows or reorders them fails the cell on evidence (`gather`), where
 no compared number moved.
+
+The loop also gathers `(logits, labels)` as one tuple with gather_for_metrics, the pattern of
+Hugging Face's examples (`predictions, references = accelerator.gather_for_metrics((predictions,
+batch["labels"]))`): it must come back a tuple of exactly what gather_for_metrics gave for each
+tensor alone, the padding of an uneven last batch left out of both.
 """
 
 from __future__ import annotations
@@ -26,12 +31,15 @@ class GatherCheck:
         self._agreed = 0
         self._first: str | None = None
 
-    def add(self, gathered: Any, keys: set[str], local_rows: int, for_metrics: torch.Tensor) -> None:
+    def add(self, gathered: Any, keys: set[str], local_rows: int, for_metrics: torch.Tensor,
+            pair: Any, labels: torch.Tensor) -> None:
         """`gathered`: accelerator.gather of one eval batch's {"logits": ..., "loss": ...} (the
         loss where the model returned one), whose `keys` those are; `local_rows`: this process's
-        rows in it; `for_metrics`: gather_for_metrics(logits)."""
+        rows in it; `for_metrics`: gather_for_metrics(logits); `pair`: gather_for_metrics((logits,
+        labels)); `labels`: gather_for_metrics(labels)."""
         self._batches += 1
-        problem = self._problem(gathered, keys, local_rows, for_metrics)
+        problem = self._problem(gathered, keys, local_rows, for_metrics) or _pair_problem(
+            pair, for_metrics, labels)
         if problem is None:
             self._agreed += 1
         elif self._first is None:
@@ -55,6 +63,20 @@ class GatherCheck:
 
     def evidence(self) -> dict[str, Any]:
         return {"batches": self._batches, "agreed": self._agreed, "first_disagreement": self._first}
+
+
+def _pair_problem(pair: Any, logits: torch.Tensor, labels: torch.Tensor) -> str | None:
+    call = "gather_for_metrics((logits, labels))"
+    if type(pair) is not tuple or len(pair) != 2:
+        size = f" of {len(pair)}" if isinstance(pair, (list, tuple)) else ""
+        return f"{call} returned a {type(pair).__name__}{size}, not a tuple of 2"
+    for name, got, alone in (("logits", pair[0], logits), ("labels", pair[1], labels)):
+        if not isinstance(got, torch.Tensor) or not _same(got.detach().cpu(), alone):
+            tensor = isinstance(got, torch.Tensor) and got.ndim > 0
+            rows = f"{got.shape[0]} rows" if tensor else type(got).__name__
+            return f"{call} returned {name} ({rows}) other than gather_for_metrics({name}) alone " \
+                   f"({alone.shape[0]} rows)"
+    return None
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

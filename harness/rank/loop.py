@@ -112,7 +112,10 @@ def _run(accelerator: Any, task: Task, precision: str, span: RunSpan,
             labels.append(accelerator.gather_for_metrics(batch["labels"]).cpu())
             # the user loop's gather of the whole output (a model output is a mapping)
             given = {"logits": output.logits, **({"loss": output.loss} if output.loss is not None else {})}
-            gathers.add(accelerator.gather(given), set(given), output.logits.shape[0], logits[-1])
+            # and the Hugging Face examples' gather of (predictions, references) as one tuple
+            pair = accelerator.gather_for_metrics((output.logits, batch["labels"]))
+            gathers.add(accelerator.gather(given), set(given), output.logits.shape[0], logits[-1], pair,
+                        labels[-1])
     evidence["gather"] = gathers.evidence()
     accelerator.wait_for_everyone()
     # every rank: a collective under ZeRO-3; then saved and read back, as the user loop keeps it

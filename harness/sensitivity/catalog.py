@@ -213,6 +213,20 @@ CORE_BUGS: tuple[Bug, ...] = (
                  "batch is padded with duplicates of the last sample, to be dropped for metrics)",
     ),
     Bug(
+        name="gather_for_metrics_truncates_tensors_only",
+        area="sharding",
+        file="ops.py",
+        search="    return map_tensors(one, data)\n\n\ndef broadcast_object",
+        replace="    return one(data) if isinstance(data, torch.Tensor) else data\n\n\ndef broadcast_object",
+        select="regression-cpu2-ddp-fp32",
+        affects="cpu2",
+        imitates="gather_for_metrics dropping the last batch's repeated samples from a bare tensor only, so "
+                 "the (predictions, references) tuple of Hugging Face's examples keeps the duplicates and "
+                 "every metric counts them (huggingface/accelerate#540: the last batch is padded with "
+                 "duplicates, to be dropped for metrics; huggingface/accelerate#1925: gather_for_metrics "
+                 "deduplicates only what it knows how to walk)",
+    ),
+    Bug(
         name="gather_wrong_rank_order",
         area="sharding",
         file="ops.py",

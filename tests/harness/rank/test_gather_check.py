@@ -15,11 +15,13 @@ PROCESSES, LOCAL_ROWS = 2, 3
 LOGITS = torch.arange(12.0).reshape(6, 2)  # two processes' 3 rows each, in rank order
 KEPT = LOGITS[:5]  # gather_for_metrics of an uneven last batch: the duplicate row left out
 KEYS = {"logits", "loss"}
+LABELS = torch.tensor([0, 1, 2, 0, 1])  # gather_for_metrics(labels): the same 5 rows
+PAIR = (KEPT, LABELS)  # gather_for_metrics((logits, labels)) done right
 
 
-def _checked(gathered: Any, keys: set[str] = KEYS) -> dict[str, Any]:
+def _checked(gathered: Any, keys: set[str] = KEYS, pair: Any = PAIR) -> dict[str, Any]:
     check = GatherCheck(PROCESSES)
-    check.add(gathered, keys, LOCAL_ROWS, KEPT)
+    check.add(gathered, keys, LOCAL_ROWS, KEPT, pair, LABELS)
     return check.evidence()
 
 
@@ -42,12 +44,32 @@ def test_each_wrong_gather_is_named(gathered: Any, why: str) -> None:
     assert evidence["agreed"] == 0 and evidence["first_disagreement"] == f"eval batch 1: {why}"
 
 
+GOOD = {"logits": LOGITS, "loss": torch.tensor([0.5, 0.7])}
+
+
+@pytest.mark.parametrize(("pair", "why"), [
+    ([KEPT, LABELS], "gather_for_metrics((logits, labels)) returned a list of 2, not a tuple of 2"),
+    ((KEPT,), "gather_for_metrics((logits, labels)) returned a tuple of 1, not a tuple of 2"),
+    # the padding of the uneven last batch kept (truncated for a bare tensor only)
+    ((LOGITS, torch.tensor([0, 1, 2, 0, 1, 0])),
+     "gather_for_metrics((logits, labels)) returned logits (6 rows) other than gather_for_metrics(logits) "
+     "alone (5 rows)"),
+    ((KEPT, LABELS.flip(0)),
+     "gather_for_metrics((logits, labels)) returned labels (5 rows) other than gather_for_metrics(labels) "
+     "alone (5 rows)"),
+])
+def test_each_wrong_gather_of_a_tuple_is_named(pair: Any, why: str) -> None:
+    evidence = _checked(GOOD, pair=pair)
+    assert evidence["agreed"] == 0 and evidence["first_disagreement"] == f"eval batch 1: {why}"
+
+
 def test_nan_logits_gathered_as_they_are_agree() -> None:
     """A run that diverged to NaN fails on its numbers (the diagnosis names the step), not here."""
     logits = LOGITS.clone()
     logits[1, 0] = float("nan")
     check = GatherCheck(PROCESSES)
-    check.add({"logits": logits, "loss": torch.tensor([float("nan"), 0.7])}, KEYS, LOCAL_ROWS, logits[:5])
+    check.add({"logits": logits, "loss": torch.tensor([float("nan"), 0.7])}, KEYS, LOCAL_ROWS, logits[:5],
+              (logits[:5], LABELS), LABELS)
     assert check.evidence()["agreed"] == 1
 
 
@@ -55,7 +77,7 @@ def test_the_first_disagreement_is_kept_and_every_batch_counted() -> None:
     check = GatherCheck(PROCESSES)
     good = {"logits": LOGITS, "loss": torch.tensor([0.5, 0.7])}
     for gathered in (good, {"logits": LOGITS}, good, LOGITS):
-        check.add(gathered, KEYS, LOCAL_ROWS, KEPT)
+        check.add(gathered, KEYS, LOCAL_ROWS, KEPT, PAIR, LABELS)
     evidence = check.evidence()
     assert (evidence["batches"], evidence["agreed"]) == (4, 2)
     assert str(evidence["first_disagreement"]).startswith("eval batch 2: ")
