@@ -11,7 +11,11 @@ and the script's own Accelerator records, with no change to the script:
   that one process with 5 eval batches and two with 3 record the same tensor;
 - the final state dict: the last result of `accelerator.get_state_dict(model)` (consolidated,
   also under ZeRO-3), and what ran (strategy, world size, device, ZeRO stage, precision, loss
-  scaling), read from the objects that ran by the core's one `what_ran()` (accelerate_core/evidence).
+  scaling), read from the objects that ran by the core's one `what_ran()` (accelerate_core/evidence);
+- the dtypes the model computed in: every floating dtype a module of the first prepared model
+  output in the training forwards before the first backward (`computed_dtypes`), seen by forward
+  hooks, so that a precision asked for and never applied shows (the precision object alone says
+  what was asked).
 
 The recorder is an observer (accelerate_core/observers.py) the Accelerator tells of each
 prepare, backward, gather and get_state_dict, registered for the whole process: the script is
@@ -36,6 +40,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 import accelerate_core.observers as observers
 import accelerate_core.ops as ops
@@ -65,11 +70,26 @@ class Recorder(observers.Observer):
         # What each Accelerator prepared, in order: its optimizers' learning rates are recorded
         # at every backward, its first model is what ran (weak: a freed Accelerator goes).
         self._prepared: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+        self.computed_dtypes: set[str] = set()
+        self._dtype_hooks: list[RemovableHandle] | None = None  # None: no model watched yet
 
     def on_prepare(self, accelerator: Any, prepared: Sequence[Any]) -> None:
         self._prepared.setdefault(accelerator, []).extend(prepared)
+        model = next((obj for obj in prepared if isinstance(obj, nn.Module)), None)
+        if model is not None and self._dtype_hooks is None:
+            self._dtype_hooks = [module.register_forward_hook(self._computed_in)
+                                 for module in model.modules()]
+
+    def _computed_in(self, module: nn.Module, _inputs: Any, output: Any) -> None:
+        if module.training and torch.is_grad_enabled():  # a training forward, not evaluation
+            self.computed_dtypes.update(str(tensor.dtype).removeprefix("torch.")
+                                        for _, tensor in _tensors(output) if tensor.is_floating_point())
 
     def before_backward(self, accelerator: Any, loss: torch.Tensor) -> None:
+        for handle in self._dtype_hooks or []:  # the first training forwards are seen: stop watching
+            handle.remove()
+        if self._dtype_hooks:
+            self._dtype_hooks = []
         prepared = self._prepared.get(accelerator, [])
         if not self.evidence:
             self.evidence = self._what_ran(accelerator, prepared)
@@ -128,7 +148,8 @@ class Recorder(observers.Observer):
             "lrs": [torch.tensor(step, dtype=torch.float64) for step in self.lrs],
             "gathered": {site: _join(values) for site, values in self.gathered.items()},
             "state_dict": self.state_dict,
-            "evidence": json.dumps(self.evidence, sort_keys=True),
+            "evidence": json.dumps({**self.evidence, "computed_dtypes": sorted(self.computed_dtypes)}
+                                   if self.evidence else {}, sort_keys=True),
         }
         temporary = path.with_name(f".{path.name}.{os.getpid()}")
         torch.save(body, temporary)

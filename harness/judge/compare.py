@@ -20,10 +20,12 @@ from harness.record.record_format import Record
 
 
 def compare_record(record: Record, golden: Record, tolerance: Tolerance,
-                   output_dtype: torch.dtype | None = None) -> list[Comparison]:
+                   output_dtype: torch.dtype | None = None,
+                   model_outputs: frozenset[str] = MODEL_OUTPUTS) -> list[Comparison]:
     """Every quantity the golden has (and anything the record has that it lacks). Each tensor must
-    have the golden's dtype, except the floating eval outputs when `output_dtype` says which dtype
-    the backend's precision semantics give the model's outputs (harness.judge.output_dtype)."""
+    have the golden's dtype, except the floating eval outputs the model computed (`model_outputs`,
+    eval keys) when `output_dtype` says which dtype the backend's precision semantics give them
+    (harness.judge.output_dtype)."""
     out = [
         _values("losses", torch.tensor(record.losses), torch.tensor(golden.losses),
                 tolerance.for_quantity("losses"), "step"),
@@ -36,7 +38,7 @@ def compare_record(record: Record, golden: Record, tolerance: Tolerance,
         _values("loss_scales", torch.tensor(record.loss_scales, dtype=torch.float64),
                 torch.tensor(golden.loss_scales, dtype=torch.float64), EXACT, "optimizer step"),
     ]
-    out += _tensors("eval", record.eval_outputs, golden.eval_outputs, tolerance, output_dtype)
+    out += _tensors("eval", record.eval_outputs, golden.eval_outputs, tolerance, output_dtype, model_outputs)
     out += compare_state_dicts(record.state_dict, golden.state_dict, tolerance)
     return out
 
@@ -44,11 +46,12 @@ def compare_record(record: Record, golden: Record, tolerance: Tolerance,
 def compare_state_dicts(mine: Mapping[str, torch.Tensor], theirs: Mapping[str, torch.Tensor],
                         tolerance: Tolerance) -> list[Comparison]:
     """Every key of either state dict, as `state_dict/<key>` comparisons (dtype included)."""
-    return _tensors("state_dict", mine, theirs, tolerance, None)
+    return _tensors("state_dict", mine, theirs, tolerance, None, frozenset())
 
 
 def _tensors(prefix: str, mine: Mapping[str, torch.Tensor], theirs: Mapping[str, torch.Tensor],
-             tolerance: Tolerance, output_dtype: torch.dtype | None) -> list[Comparison]:
+             tolerance: Tolerance, output_dtype: torch.dtype | None,
+             model_outputs: frozenset[str]) -> list[Comparison]:
     out = []
     for key in sorted(set(mine) | set(theirs)):
         name = f"{prefix}/{key}"
@@ -58,7 +61,7 @@ def _tensors(prefix: str, mine: Mapping[str, torch.Tensor], theirs: Mapping[str,
             out.append(_absent(name, tolerance, "in the record but not in the golden"))
         else:
             wanted = theirs[key].dtype
-            if (prefix == "eval" and key in MODEL_OUTPUTS and output_dtype is not None
+            if (prefix == "eval" and key in model_outputs and output_dtype is not None
                     and wanted.is_floating_point):
                 wanted = output_dtype
             out.append(_values(name, mine[key], theirs[key], tolerance.for_quantity(prefix), "index", wanted))

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from harness.judge.compare import compare_record, diagnose
 from harness.judge.outcome import CellResult, Status
+from harness.judge.output_dtype import expected_output_dtype
 from harness.plan.cell import Cell
 from harness.plan.matrix import Matrix
 from harness.record.record_format import Record
@@ -28,13 +31,38 @@ def script_evidence_mismatch(cell: Cell, evidence: dict[str, Any]) -> str | None
         return f"{asked}, the DeepSpeed engine ran ZeRO stage {evidence.get('zero_stage')}"
     if evidence.get("loss_scaling") != (cell.precision == "fp16"):
         return f"{asked}, loss scaling was {'on' if evidence.get('loss_scaling') else 'off'}"
+    return _computed_dtypes(cell, evidence, asked)
+
+
+_HALF = {"fp16": "float16", "bf16": "bfloat16"}
+
+
+def _computed_dtypes(cell: Cell, evidence: dict[str, Any], asked: str) -> str | None:
+    """The dtypes the model's modules output in training (accelerate_core/recording.py), against
+    the precision: the precision object says what was asked, these what ran."""
+    computed = evidence.get("computed_dtypes")
+    if not isinstance(computed, list):
+        return (f"{asked}, the record has no evidence of computed_dtypes (evidence that is missing is "
+                "a failure)")
+    half = _HALF.get(cell.precision)
+    if half is None:
+        seen = sorted(set(computed) & set(_HALF.values()))
+        return f"{asked}, the model's training forward computed in {', '.join(seen)}" if seen else None
+    if half not in computed:
+        return (f"{asked}, no module of the model computed in {half} in its training forward "
+                f"(computed in: {', '.join(computed) or 'nothing floating'})")
     return None
 
 
 def judge_script_cell(cell: Cell, record: Record, reference: Record, reference_cell: Cell,
                       matrix: Matrix, duration_s: float, emulated: bool) -> CellResult:
     tolerance = matrix.tolerance_for(cell.precision, cell.strategy)
-    comparisons = compare_record(record, reference, tolerance)
+    # A gathered tensor the reference computed in a half dtype is a model output (data keeps its
+    # own dtype): it comes back in the dtype the cell's backend gives its outputs, as in the
+    # matrix (FSDP2's root returns fp32 under a half policy; DeepSpeed keeps half).
+    computed = frozenset(key for key, value in reference.eval_outputs.items()
+                         if value.dtype in (torch.float16, torch.bfloat16))
+    comparisons = compare_record(record, reference, tolerance, expected_output_dtype(cell), computed)
     extra: dict[str, Any] = {"reference": reference_cell.id, "evidence": record.meta.get("evidence"),
                              "losses": record.losses, "golden_losses": reference.losses}
     common: dict[str, Any] = {"comparisons": comparisons, "duration_s": round(duration_s, 3),

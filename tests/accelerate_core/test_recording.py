@@ -78,7 +78,30 @@ def test_the_accelerator_records_what_the_script_computed(fresh_recorder: Path) 
         assert torch.equal(body["state_dict"][key], value)
     assert json.loads(body["evidence"]) == {"strategy": "single", "world_size": 1, "device": "cpu",
                                             "mixed_precision": "no", "zero_stage": None,
-                                            "loss_scaling": False, "emulated": False}
+                                            "loss_scaling": False, "emulated": False,
+                                            "computed_dtypes": ["float32"]}
+
+
+@pytest.mark.parametrize(("mixed_precision", "half"), [("bf16", "bfloat16"), ("fp16", "float16")])
+def test_the_dtypes_the_model_computed_in_are_read_from_its_forward(
+        fresh_recorder: Path, monkeypatch: pytest.MonkeyPatch, mixed_precision: str, half: str) -> None:
+    """What ran, not what was asked: the Linear's output under autocast is half; with autocast
+    switched off behind the precision object's back, the precision still says so, the dtypes not."""
+    accelerator = Accelerator(cpu=True, mixed_precision=mixed_precision)
+    _loop(accelerator)
+    assert recording._recorder is not None
+    evidence = json.loads(torch.load(recording._recorder.write(), weights_only=True)["evidence"])
+    assert evidence["mixed_precision"] == mixed_precision and half in evidence["computed_dtypes"]
+
+    atexit.unregister(recording._recorder.write)
+    observers.unregister(recording._recorder)
+    monkeypatch.setattr(recording, "_recorder", None)
+    accelerator = Accelerator(cpu=True, mixed_precision=mixed_precision)
+    monkeypatch.setattr(type(accelerator.strategy.precision), "uses_autocast", property(lambda self: False))
+    _loop(accelerator)
+    assert recording._recorder is not None
+    evidence = json.loads(torch.load(recording._recorder.write(), weights_only=True)["evidence"])
+    assert evidence["mixed_precision"] == mixed_precision and evidence["computed_dtypes"] == ["float32"]
 
 
 def test_nothing_is_recorded_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
