@@ -86,6 +86,19 @@ SUBTLE_BUGS: tuple[Bug, ...] = (
                  "{\\sqrt{\\mathrm{Var}[x] + \\epsilon}} * \\gamma + \\beta\")",
     ),
     Bug(
+        name="sync_batchnorm_max_var_eps",
+        area="ddp",
+        file="sync_batchnorm.py",
+        search="            invstd = torch.rsqrt(var + eps)",
+        replace="            invstd = torch.rsqrt(var.clamp(min=eps))",
+        select="batchnorm_sync-cpu2-ddp-fp32",
+        affects="batchnorm_sync and cpu2",
+        imitates="the normalisation by sqrt(max(var, eps)) where BatchNorm uses sqrt(var + eps), as a "
+                 "widely used synchronised BatchNorm for PyTorch did "
+                 "(vacancy/Synchronized-BatchNorm-PyTorch#43: uses sqrt(max(var, eps)) instead of "
+                 "sqrt(var + eps))",
+    ),
+    Bug(
         name="sync_batchnorm_running_var_local_count",
         area="ddp",
         file="sync_batchnorm.py",
