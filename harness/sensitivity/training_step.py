@@ -113,6 +113,23 @@ STEP_BUGS: tuple[Bug, ...] = (
                  "gradients produced by scaler.scale(loss).backward() are scaled\")",
     ),
     Bug(
+        name="clip_scales_gradients_up",
+        area="clipping",
+        file="strategies/single_device.py",
+        search=("        return torch.nn.utils.clip_grad_norm_(list(parameters), max_norm, "
+                "norm_type=norm_type)"),
+        replace=("        grads = [p.grad for p in list(parameters) if p.grad is not None]\n"
+                 "        total = torch.nn.utils.get_total_norm(grads, norm_type)\n"
+                 "        for grad in grads:  # the coefficient is not clamped at 1\n"
+                 "            grad.mul_(max_norm / (total + 1e-6))\n"
+                 "        return total"),
+        select="clip_norm-cpu1-single-fp32",
+        affects="clip_norm and (cpu1-single or cpu2-ddp)",
+        imitates="a hand-written clip that scales the gradients to the max norm whatever their norm, so a "
+                 "step below the threshold is scaled up (documented: torch.nn.utils.clip_grads_with_norm_ "
+                 "clamps the coefficient max_norm / (total_norm + 1e-6) at 1, pytorch/pytorch#151554)",
+    ),
+    Bug(
         name="clip_norm_counts_a_parameter_twice",
         area="clipping",
         file="strategies/single_device.py",

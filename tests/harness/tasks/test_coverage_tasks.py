@@ -1,7 +1,8 @@
 """The tasks that close issue 14's coverage holes do what they are there for, measured in a plain
 loop here (not through the reference under test): `sgd_accum` is plain SGD with a short last
 accumulation and a gradient norm above 1.0 on every step (so a silent clip at DeepSpeed's 1.0
-shows); `clip_norm` has gradients above its max norm on most steps, and the golden clips."""
+shows); `clip_norm` has gradients above its max norm on some steps and below it on others (a
+clip that wrongly acts on either side shows), and the golden clips."""
 
 from __future__ import annotations
 
@@ -48,12 +49,15 @@ def test_sgd_accum_gradient_norm_exceeds_one_on_every_step() -> None:
     assert min(norms) > 1.0, norms
 
 
-def test_clip_norm_gradients_exceed_the_max_norm_on_most_steps_and_the_golden_clips() -> None:
+def test_clip_norm_gradients_cross_the_max_norm_and_the_golden_clips() -> None:
     task = get_task("clip_norm")
     assert task.max_grad_norm is not None
     norms = _pre_clip_norms(task)
     exceeded = sum(norm > task.max_grad_norm for norm in norms)
-    assert exceeded >= 0.75 * len(norms), norms
+    # Clipped on some steps, left alone on others, neither within 1% of the threshold (where a
+    # backend's rounding could decide the side).
+    assert 0.25 * len(norms) <= exceeded <= 0.75 * len(norms), norms
+    assert all(abs(norm - task.max_grad_norm) > 0.01 * task.max_grad_norm for norm in norms), norms
     clipped = train_reference(task, "fp32")
     unclipped = train_reference(dataclasses.replace(task, max_grad_norm=None), "fp32")
     moved = max(float((clipped.state_dict[k] - unclipped.state_dict[k]).abs().max())
