@@ -86,9 +86,9 @@ class Recorder(observers.Observer):
                                         for _, tensor in _tensors(output) if tensor.is_floating_point())
 
     def before_backward(self, accelerator: Any, loss: torch.Tensor) -> None:
-        for handle in self._dtype_hooks or []:  # the first training forwards are seen: stop watching
-            handle.remove()
-        if self._dtype_hooks:
+        if self._dtype_hooks:  # the first training forwards are seen: stop watching
+            for handle in self._dtype_hooks:
+                handle.remove()
             self._dtype_hooks = []
         prepared = self._prepared.get(accelerator, [])
         if not self.evidence:

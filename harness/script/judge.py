@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from harness.judge.compare import compare_record, diagnose
+from harness.judge.dtype_names import COMPUTE_DTYPES
 from harness.judge.outcome import CellResult, Status
 from harness.judge.output_dtype import expected_output_dtype
 from harness.plan.cell import Cell
@@ -34,7 +35,8 @@ def script_evidence_mismatch(cell: Cell, evidence: dict[str, Any]) -> str | None
     return _computed_dtypes(cell, evidence, asked)
 
 
-_HALF = {"fp16": "float16", "bf16": "bfloat16"}
+# The half dtypes, as evidence names them (a precision's own: harness.judge.dtype_names).
+_HALF_DTYPES = frozenset({COMPUTE_DTYPES["fp16"], COMPUTE_DTYPES["bf16"]})
 
 
 def _computed_dtypes(cell: Cell, evidence: dict[str, Any], asked: str) -> str | None:
@@ -44,12 +46,12 @@ def _computed_dtypes(cell: Cell, evidence: dict[str, Any], asked: str) -> str | 
     if not isinstance(computed, list):
         return (f"{asked}, the record has no evidence of computed_dtypes (evidence that is missing is "
                 "a failure)")
-    half = _HALF.get(cell.precision)
-    if half is None:
-        seen = sorted(set(computed) & set(_HALF.values()))
+    wanted = COMPUTE_DTYPES[cell.precision]
+    if wanted not in _HALF_DTYPES:
+        seen = sorted(set(computed) & _HALF_DTYPES)
         return f"{asked}, the model's training forward computed in {', '.join(seen)}" if seen else None
-    if half not in computed:
-        return (f"{asked}, no module of the model computed in {half} in its training forward "
+    if wanted not in computed:
+        return (f"{asked}, no module of the model computed in {wanted} in its training forward "
                 f"(computed in: {', '.join(computed) or 'nothing floating'})")
     return None
 
