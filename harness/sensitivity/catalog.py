@@ -5,10 +5,11 @@ names the smallest selection of cells that should expose it, and says which real
 imitates. The checkpoint entries (checkpoints.py) are kept apart: that code is being rewritten,
 and a patch that stops applying must show up as a catalog error there, not here.
 
-FAST: the subset CI runs through tests/harness/sensitivity (about a minute, one launch each):
-the two evidence faults of issue 14 (ZeRO-3 silently run as DDP; fp16 autocast disabled), DDP
-that never all-reduces, and the fsdp plugin silently building DDP. The numeric catches run in
-the full catalog (`nox -s sensitivity`).
+FAST: `python -m harness sensitivity --fast` (about a minute, one launch each): the two evidence
+faults of issue 14 (ZeRO-3 silently run as DDP; fp16 autocast disabled), DDP that never
+all-reduces, and the fsdp plugin silently building DDP. tests/harness/sensitivity runs two of
+them on every CI run (one per launch shape); the numeric catches run in the full catalog
+(`nox -s sensitivity`).
 
 Here: the backend and precision choice, DDP and data sharding. Apart: what a training step does
 with its gradients and the engine's config and state (training_step.py), checkpoints

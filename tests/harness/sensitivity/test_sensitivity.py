@@ -1,13 +1,18 @@
 """The harness's own detection rate (issue 14): the catalog's patches still apply to the core as it
 is (cheap, no launch), and the fast subset is caught for real, each bug patched into a temporary
-copy of the core and run through `python -m harness run`:
+copy of the core and run through `python -m harness run`, after a control run of the same cells
+unpatched:
 
-- a cell that asks for ZeRO-3 but silently runs DDP fails on evidence, not on numbers;
-- an fp16 cell whose autocast is disabled fails on evidence;
-- DDP that never all-reduces fails on evidence (the ranks' gradients disagree);
-- a cell that asks for fsdp but whose core builds DDP fails on evidence.
+- an fp16 cell whose autocast is disabled fails on evidence (one process);
+- DDP that never all-reduces fails on evidence (two processes: the ranks' gradients disagree).
 
-The full catalog runs through `nox -s sensitivity` (docs/sensitivity.md).
+Two of the four `--fast` entries, one per launch shape, are what this needs: they take the whole
+path (patched copy, control, trial, the catch named by its evidence sentence) that every entry
+takes. The other two (ZeRO-3 silently run as DDP; the fsdp plugin silently building DDP) cost a
+launch each and add no path of their own here: their evidence sentences are unit-tested
+(tests/harness/judge/test_evidence_check.py, test_fsdp_evidence_check.py), and they run with the
+rest of the catalog in `python -m harness sensitivity --fast` and the scheduled kill matrix
+(`nox -s sensitivity`, docs/sensitivity.md).
 """
 
 from __future__ import annotations
@@ -16,11 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from accelerate_core.imports import is_deepspeed_available
 from harness.sensitivity.bug import AREAS, Bug, CatalogError, core_source, patched_copy
 from harness.sensitivity.catalog import CATALOG, FAST, by_name
 from harness.sensitivity.trial import Control, control_run, try_bug
-from tests.run_if import run_if
 
 
 def test_the_catalog_has_twenty_realistic_bugs_covering_every_area() -> None:
@@ -80,6 +83,22 @@ def test_the_repository_core_is_never_patched(tmp_path: Path) -> None:
     assert (tmp_path / "accelerate_core").resolve() != core_source()
 
 
+# The fast subset's entries this module runs (see the docstring), with the evidence sentence each
+# must fail with.
+_EVIDENCE = {
+    "fp16_autocast_off_on_cpu": "evidence: asked for single fp16 on cpu1, the first module autocast acts on, "
+                                "embed (Linear), computed in float32",
+    "ddp_never_syncs": "evidence: asked for ddp fp32 on cpu2, gradients were never all-reduced",
+}
+IN_PYTEST = tuple(_EVIDENCE)
+
+
+def test_the_entries_run_here_are_of_the_fast_subset_one_per_launch_shape() -> None:
+    assert set(IN_PYTEST) <= set(FAST)
+    shapes = {by_name([name])[0].select.split("-")[1] for name in IN_PYTEST}
+    assert shapes == {"cpu1", "cpu2"}, shapes
+
+
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the control keeps its report (--keep-reports), given as a relative path."""
@@ -92,7 +111,7 @@ def control(kept: Path) -> Control:
     catch counts only on a cell that passed here (harness.sensitivity.trial). Its report is kept
     under a path relative to the caller's directory, as `--keep-reports reports/sensitivity` is in
     the scheduled CI job."""
-    bugs = [bug for bug in by_name(FAST) if bug.name not in _NEEDS_DEEPSPEED or is_deepspeed_available()]
+    bugs = by_name(IN_PYTEST)
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(kept)
         return control_run(bugs, timeout_s=180, keep=Path("reports") / "sensitivity")
@@ -116,23 +135,8 @@ def test_a_cell_that_fails_unpatched_cannot_catch_a_bug(tmp_path: Path) -> None:
     assert f"cell(s) {bug.select} did not pass in the control run (unpatched: failed)" in trial.detail
 
 
-_NEEDS_DEEPSPEED = {"deepspeed_ignored_on_cpu"}  # its cell is a ZeRO-3 cell: skipped without deepspeed
-_EVIDENCE = {
-    "deepspeed_ignored_on_cpu": "evidence: asked for zero3 fp32 on cpu2, the run had no DeepSpeed engine "
-                                "(DDPStrategy ran)",
-    "fp16_autocast_off_on_cpu": "evidence: asked for single fp16 on cpu1, the first module autocast acts on, "
-                                "embed (Linear), computed in float32",
-    "ddp_never_syncs": "evidence: asked for ddp fp32 on cpu2, gradients were never all-reduced",
-    "fsdp_plugin_builds_ddp": "evidence: asked for fsdp fp32 on cpu2, the run had ddp (DDPStrategy)",
-}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(name, marks=[pytest.mark.deepspeed, run_if(deepspeed=True)]) if name in _NEEDS_DEEPSPEED
-     else name for name in FAST],
-)
+@pytest.mark.parametrize("name", IN_PYTEST)
 def test_the_fast_subset_is_caught(name: str, control: Control) -> None:
     assert control.statuses.get(by_name([name])[0].select) == "passed", control.line()
     trial = try_bug(by_name([name])[0], timeout_s=180, control=control)
