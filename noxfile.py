@@ -74,6 +74,14 @@ SWEEP_REPORTS = REPORTS / "versions"
 ALLOW_UNSUPPORTED = "ACCELERATE_CORE_ALLOW_UNSUPPORTED_DEEPSPEED"  # accelerate_core/deepspeed_support.py
 GOLDEN_DIR_VARIABLE = "HARNESS_GOLDEN_DIR"  # harness/paths.py
 
+# The matrix items tests(nodeepspeed) runs: every strategy x precision of this environment for the
+# tasks that take the core's distinct paths (AdamW groups, the scheduler and the uneven gather;
+# shuffling over epochs; SyncBatchNorm; dropout's random streams and its declared DDP outcomes).
+# No training path of the core depends on whether deepspeed is installed (only the strategy choice
+# and the imports do, which the environment's other tests check), so the other tasks' cells would
+# repeat tests(deepspeed)'s cells; `nox -s matrix` runs every cell of both environments.
+NODEEPSPEED_CELLS = "classifier or shuffle or batchnorm_sync or dropout"
+
 nox.options.sessions = ["lint", "tests", "matrix"]  # `versions` runs only when named (or scheduled)
 nox.options.error_on_missing_interpreters = True
 
@@ -183,9 +191,10 @@ def tests(session: nox.Session, env: str) -> None:
     # launches by themselves (tests/matrix/session.py).
     # Without deepspeed, only the tests whose outcome depends on it (marker `nodeepspeed`: the
     # core's imports and refusals, its launches and checkpoints without deepspeed, the skips that
-    # name the missing dependency, the matrix cells of this environment); every other test runs
+    # name the missing dependency, the matrix cells of NODEEPSPEED_CELLS); every other test runs
     # identically in both environments and runs once, in tests(deepspeed).
-    paths = ["tests", "-m", "nodeepspeed"] if env == "nodeepspeed" else ["tests"]
+    paths = (["tests", "-m", "nodeepspeed", "--matrix-select", NODEEPSPEED_CELLS] if env == "nodeepspeed"
+             else ["tests"])
     # --durations: the slowest tests in every CI log (a CI run must stay short; see README).
     # --junitxml: every test's time, for the CI system and for benchmarks/suite_time.py.
     args = session.posargs or [*paths, "-n", "2", "--dist", "loadfile", "-ra", "--durations=15",

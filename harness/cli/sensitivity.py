@@ -19,7 +19,8 @@ EXIT_OK = 0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--fast", action="store_true", help="only the fast subset: four evidence catches, about a minute")
+    which.add_argument("--fast", action="store_true",
+                       help="only the fast subset: four evidence catches, about a minute")
     which.add_argument("--only", action="append", metavar="NAME", help="only this entry (repeatable)")
     parser.add_argument("--list", action="store_true", help="print the catalog and exit")
     parser.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS", help="per cell")

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.plan.selection import keyword_matches
 from harness.run.runner import launch_group_key
 from tests.matrix.session import MatrixSession, MatrixSettings, cell_of
 
@@ -14,6 +15,7 @@ _SESSION: MatrixSession | None = None
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks to group items (--dist loadgroup)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _deselect_unselected_cells(config, items)
     if not config.pluginmanager.hasplugin("xdist"):
         return  # without xdist the mark is unregistered, and strict markers would refuse it
     for item in items:
@@ -39,3 +41,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_sep("-", f"matrix report: {target / 'report.html'}")
+
+
+def _deselect_unselected_cells(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--matrix-select: the matrix items whose cell the expression does not select are deselected
+    (pytest counts them as it counts -k's), so no launch runs them."""
+    expression = MatrixSettings.of(config).select
+    if expression is None:
+        return
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        cell = cell_of(item)
+        (dropped if cell is not None and not keyword_matches(cell, expression) else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

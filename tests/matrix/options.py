@@ -13,6 +13,9 @@ the default. Both reach pytest-xdist's workers unchanged (workers get the contro
                                                `python -m harness run`; docs/implementations.md)
   --matrix-exact            MATRIX_EXACT       judge the exact tier too, as `harness run --exact`
                                                (the variable: 1/true/yes or 0/false/no; default off)
+  --matrix-select EXPR      MATRIX_SELECT      only the cells this `-k` expression of `harness run`
+                                               selects become items to run; the others are
+                                               deselected, as pytest's -k deselects (default: all)
 
 Registered by tests/conftest.py (pytest reads options only from plugins and the conftest files it
 loads at startup, and `pytest tests` does not load tests/matrix/conftest.py that early). Kept free
@@ -40,6 +43,7 @@ OPTIONS = {
     "matrix_file": ("--matrix-file", "MATRIX_FILE"),
     "matrix_implementation": ("--matrix-implementation", "MATRIX_IMPLEMENTATION"),
     "matrix_exact": ("--matrix-exact", "MATRIX_EXACT"),
+    "matrix_select": ("--matrix-select", "MATRIX_SELECT"),
 }
 _TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 
@@ -61,6 +65,9 @@ def add_options(parser: pytest.Parser) -> None:
                          "MATRIX_IMPLEMENTATION; default: core)")
     group.addoption("--matrix-exact", dest="matrix_exact", action="store_const", const="1", default=None,
                     help="judge the exact tier too, as `python -m harness run --exact` (env MATRIX_EXACT=1)")
+    group.addoption("--matrix-select", dest="matrix_select", metavar="EXPR", default=None,
+                    help="only the cells this `python -m harness run -k` expression selects run; the other "
+                         "matrix items are deselected (env MATRIX_SELECT; default: every cell)")
 
 
 def _given(config: pytest.Config | None, dest: str) -> str | None:
@@ -97,6 +104,23 @@ def _exact(config: pytest.Config | None) -> bool:
                             f"Fix: {variable}=1, or the flag {flag}")
 
 
+def _select(config: pytest.Config | None) -> str | None:
+    """The --matrix-select expression, parsed now: a bad one is a usage error before collection."""
+    given = _given(config, "matrix_select")
+    if given is None:
+        return None
+    from harness.errors import SelectionError  # here, not at the top: every test process loads this file
+    from harness.plan.cell import Cell
+    from harness.plan.selection import keyword_matches
+
+    try:
+        keyword_matches(Cell.from_id("regression-cpu1-single-fp32"), given)
+    except SelectionError as exc:
+        flag, variable = OPTIONS["matrix_select"]
+        raise pytest.UsageError(f"{flag} / {variable}: {exc}") from None
+    return given
+
+
 @dataclass(frozen=True)
 class MatrixSettings:
     env: str
@@ -105,6 +129,7 @@ class MatrixSettings:
     file: Path | None  # None: matrix/matrix.toml
     implementations: frozenset[str] = frozenset({"core"})  # {"all"}: every implementation's cells
     exact: bool = False  # judge the exact tier too (harness run --exact)
+    select: str | None = None  # a `harness run -k` expression over cell ids; None: every cell
 
     @classmethod
     def of(cls, config: pytest.Config | None = None) -> MatrixSettings:
@@ -118,4 +143,5 @@ class MatrixSettings:
                    timeout_s=_timeout(config),
                    file=Path(file) if file else None,
                    implementations=frozenset(n.strip() for n in implementations.split(",") if n.strip()),
-                   exact=_exact(config))
+                   exact=_exact(config),
+                   select=_select(config))

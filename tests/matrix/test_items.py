@@ -74,7 +74,8 @@ def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], en
     others unset), in this process: the plugin that saw the selection, and the output."""
     selected = _Selected()
     with monkeypatch.context() as patch, _fresh_imports(_FRESH_MODULES):
-        for variable in ("MATRIX_ENV", "MATRIX_REPORT_DIR", "MATRIX_TIMEOUT", "MATRIX_FILE", "MATRIX_EXACT"):
+        for variable in ("MATRIX_ENV", "MATRIX_REPORT_DIR", "MATRIX_TIMEOUT", "MATRIX_FILE", "MATRIX_EXACT",
+                         "MATRIX_SELECT"):
             patch.delenv(variable, raising=False)
         for variable, value in environ.items():
             patch.setenv(variable, value)
@@ -246,6 +247,31 @@ def test_an_exact_variable_that_is_not_a_yes_or_no_is_a_usage_error(
     _, output = _run(monkeypatch, capsys, {"MATRIX_EXACT": "maybe"}, "--collect-only",
                      expect=pytest.ExitCode.USAGE_ERROR)
     assert "MATRIX_EXACT: 'maybe' is not a yes or no" in output and "Fix: MATRIX_EXACT=1" in output
+
+
+def test_matrix_select_deselects_the_cells_it_does_not_name_and_leaves_the_rest_as_they_were(
+    matrix_copy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    every = _collect(monkeypatch, capsys, matrix_copy)  # regression and classifier cells
+    classifier = [i for i in every if i.split("-")[0] == "classifier"]
+    assert classifier and len(classifier) < len(every)
+    assert _collect(monkeypatch, capsys, matrix_copy, "--matrix-select", "classifier") == classifier
+    environ = {"MATRIX_FILE": str(matrix_copy), "MATRIX_SELECT": "classifier and not fp16"}
+    selected, output = _run(monkeypatch, capsys, environ, "--collect-only")
+    assert _cell_ids(selected) == [i for i in classifier if "-fp16" not in i]
+    assert f"{len(every) - len(_cell_ids(selected))} deselected" in output, output
+    # with pytest's own -m, both apply
+    both = _collect(monkeypatch, capsys, matrix_copy, "--matrix-select", "classifier or cpu1", "-m", "bf16")
+    assert both == [i for i in every if ("classifier" in i or "-cpu1-" in i) and i.endswith("-bf16")]
+    assert any(i.startswith("regression-") for i in both)
+
+
+def test_a_matrix_select_that_does_not_parse_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, output = _run(monkeypatch, capsys, {}, "--collect-only", "--matrix-select", "shuffle and (",
+                     expect=pytest.ExitCode.USAGE_ERROR)
+    assert "--matrix-select / MATRIX_SELECT: -k 'shuffle and (': it does not parse" in output, output
 
 
 @pytest.mark.slow
