@@ -30,6 +30,9 @@ from typing import Any
 
 import pytest
 
+from harness.calibrate.semantics_judge import semantics_entry
+from harness.plan.cell import Cell
+from harness.plan.matrix import load_matrix
 from harness.tasks import registry
 from tests.harness.runner_helpers import REPO_ROOT, cells_by_id, run_harness_in_process
 
@@ -168,8 +171,11 @@ def test_a_users_half_precision_cells_get_the_own_semantics_check_once_it_is_mea
         assert cell["status"] == "passed", cell["reason"]
         return cell
 
-    unnamed = ddp_bf16("unnamed")
-    assert unnamed["extra"]["semantics"].startswith("not checked: no measured tolerance for bf16 my_mlp")
+    # Before the matrix names the file, the check has no tolerance for the cell (what the run's
+    # judging asks, here in this process: a launch would only repeat the checked run below).
+    with _users_package_for_a_while(user):
+        entry, why = semantics_entry(Cell.from_id("my_mlp-cpu2-ddp-bf16"), load_matrix(matrix).tolerances)
+    assert entry is None and why.startswith("no measured tolerance for bf16 my_mlp"), why
     toml = user / "matrix.toml"
     toml.write_text(toml.read_text().replace("[tolerances]\n", f"[tolerances]\n{add}\n", 1))
     checked = ddp_bf16("checked")
