@@ -6,10 +6,13 @@ single-process DataLoader draws it (its worker base seed, then the permutation),
 through the core sees the batches plain PyTorch sees, and N processes see them split; with several
 processes rank 0's order is broadcast (a sampler without a generator draws from each rank's global
 random stream, which need not agree). Global step i takes the samples
-order[i*N*B : (i+1)*N*B]; rank r takes the r-th block of B of them. A short last global batch is
-filled by wrapping around to the start of the order, so every rank has B samples and the padding
-sits at the END of the rank-ordered concatenation that `gather` returns; `gather_for_metrics`
-cuts exactly that padding off, which it learns from the loader being iterated (DataState).
+order[i*N*B : (i+1)*N*B]; rank r takes the r-th block of B of them. With several processes a short
+last global batch is filled by wrapping around to the start of the order, so every rank has B
+samples (as Hugging Face Accelerate's `even_batches` does) and the padding sits at the END of the
+rank-ordered concatenation that `gather` returns; `gather_for_metrics` cuts exactly that padding
+off, which it learns from the loader being iterated (DataState). One process has no ranks to keep
+even: its short last batch stays short, the batch a plain DataLoader yields (padding it trained
+the last step of every epoch on repeated samples that plain PyTorch never sees).
 
 Resuming (docs/checkpoint-format.md): a loader reports its epoch and how far into the epoch's
 global order the loop has got (`progress()`), in samples, so a run at another world size with the
@@ -66,9 +69,16 @@ class ShardedBatchSampler(Sampler[list[int]]):
         return full if self.drop_last or rest == 0 else full + 1
 
     @property
+    def pads(self) -> bool:
+        """Whether a short last global batch is filled up: only to keep several ranks even."""
+        return self.world_size > 1
+
+    @property
     def remainder(self) -> int:
-        """Real samples in the last global batch (0 when it is full or dropped)."""
-        return 0 if self.drop_last else self.num_samples % self.global_batch_size
+        """Real samples in a padded last global batch (0 when it is full, dropped, or not padded)."""
+        if self.drop_last or not self.pads:
+            return 0
+        return self.num_samples % self.global_batch_size
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -84,7 +94,7 @@ class ShardedBatchSampler(Sampler[list[int]]):
         start = self.rank * self.batch_size
         for step in range(skip, len(self)):
             block = order[step * size:(step + 1) * size]
-            if len(block) < size and order:
+            if len(block) < size and order and self.pads:
                 # Wrap around (repeatedly, for a dataset smaller than one global batch).
                 block += list(itertools.islice(itertools.cycle(order), size - len(block)))
             yield block[start:start + self.batch_size]

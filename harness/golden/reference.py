@@ -24,7 +24,7 @@ from harness.golden.rank_rows import linear_rows_per_rank
 from harness.plan.cell import PRECISIONS
 from harness.record.record_format import Fingerprint, Record
 from harness.tasks.base import DictDataset, Task
-from harness.tasks.shuffled import training_loader_options
+from harness.tasks.loader_options import training_loader_options
 
 _AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

@@ -28,7 +28,7 @@ from harness.rank.resume_point import RunSpan
 from harness.rank.saved_weights import saved_and_read_back
 from harness.record.record_format import Fingerprint, Record
 from harness.tasks.base import Task
-from harness.tasks.shuffled import training_loader_options
+from harness.tasks.loader_options import training_loader_options
 
 
 def train_task(task: Task, *, precision: str, cpu: bool, zero_stage: int | None,

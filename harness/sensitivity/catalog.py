@@ -185,6 +185,33 @@ CORE_BUGS: tuple[Bug, ...] = (
                  "data in the same order\")",
     ),
     Bug(
+        name="short_batch_padded_on_one_process",
+        area="sharding",
+        file="data.py",
+        search="if len(block) < size and order and self.pads:",
+        replace="if len(block) < size and order:",
+        select="uneven-cpu1-single-fp32",
+        affects="uneven and cpu1",
+        imitates="the padding that keeps several ranks even applied to one process too (this core before "
+                 "this release): torch.utils.data.DataLoader documents that with drop_last=False 'the last "
+                 "batch will be smaller', and Accelerate shards (and pads) a loader only for several "
+                 "processes; the last step of every epoch trains on repeated samples",
+    ),
+    Bug(
+        name="loader_len_floors_the_short_batch",
+        area="sharding",
+        file="data.py",
+        search="    def __len__(self) -> int:\n        return len(self.batch_sampler)\n",
+        replace=("    def __len__(self) -> int:\n"
+                 "        return self.batch_sampler.num_samples // self.batch_sampler.global_batch_size\n"),
+        select="uneven-cpu1-single-fp32",
+        affects="uneven and cpu1",
+        imitates="len(dataloader) that floors samples / batch while iteration still yields the short last "
+                 "batch (torch's BatchSampler documents ceil without drop_last): the user loop's "
+                 "`step == len(tr_data) - 1` never fires on the last batch, whose gradient leaks into the "
+                 "next epoch's first optimizer step",
+    ),
+    Bug(
         name="shuffle_seeded_with_seed_plus_epoch",
         area="sharding",
         file="data.py",

@@ -23,7 +23,9 @@ from harness.tasks.regression import RegressionTask
 from harness.tasks.root_param import RootParamTask
 from harness.tasks.scalar import ScalarTask
 from harness.tasks.sgd_accum import SGDAccumTask
-from harness.tasks.shuffled import ShuffledTask, ShuffleTask, training_loader_options
+from harness.tasks.loader_options import training_loader_options
+from harness.tasks.shuffled import ShuffledTask, ShuffleTask
+from harness.tasks.uneven import UnevenBatchTask, UnevenTask
 
 register_task(RegressionTask())
 register_task(ClassifierTask())
@@ -36,12 +38,13 @@ register_task(BatchNormTask())
 register_task(BatchNormSyncTask())
 register_task(DropoutTask())
 register_task(ShuffleTask())
+register_task(UnevenBatchTask())
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name.startswith("canary"):
         importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
-    "DictDataset", "ShuffledTask", "Task", "TaskImportError", "TaskOutput", "get_task", "import_tasks",
-    "register_task", "task_names", "training_loader_options",
+    "DictDataset", "ShuffledTask", "Task", "TaskImportError", "TaskOutput", "UnevenTask", "get_task",
+    "import_tasks", "register_task", "task_names", "training_loader_options",
 ]

@@ -28,15 +28,42 @@ def _samplers(
 @pytest.mark.parametrize(("n", "batch", "world"), [(37, 4, 2), (64, 4, 2), (10, 3, 3), (5, 2, 4), (7, 1, 1)])
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_n_ranks_of_b_equal_one_process_of_n_times_b(n: int, batch: int, world: int, shuffle: bool) -> None:
+    """Every global batch split in rank order; a short last one (one process keeps it short) is
+    filled on several ranks from the start of the order, repeatedly if the data is smaller."""
     ranks = _samplers(n, batch, world, shuffle)
     single = _samplers(n, batch * world, 1, shuffle)[0]
     per_rank = [list(s) for s in ranks]
     assert all(len(s) == len(single) for s in ranks)
+    order = _order(n, shuffle, 0)
     for step, global_batch in enumerate(single):
-        # rank r's batch at this step is block r of the one-process global batch
+        size = batch * world
+        padding = [order[i % n] for i in range(size - len(global_batch))] if world > 1 else []
+        filled = global_batch + padding
+        # rank r's batch at this step is block r of the (filled) one-process global batch
         assert [rank_batches[step] for rank_batches in per_rank] == [
-            global_batch[r * batch : (r + 1) * batch] for r in range(world)
+            filled[r * batch : (r + 1) * batch] for r in range(world)
         ]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_one_process_yields_the_plain_dataloaders_batches_short_last_batch_included(
+        shuffle: bool, drop_last: bool) -> None:
+    """The reference is a plain DataLoader over the same data: 10 samples in batches of 4 end with
+    a batch of 2, or none with drop_last. A core that padded it on one process trained the last step
+    of every epoch on two repeated samples, which plain PyTorch never sees."""
+    data = TensorDataset(torch.arange(10))
+
+    def make() -> DataLoader:
+        generator = torch.Generator().manual_seed(3)
+        return DataLoader(data, batch_size=4, shuffle=shuffle, generator=generator, drop_last=drop_last)
+
+    plain = [[int(x) for x in b] for (b,) in make()]
+    prepared = PreparedDataLoader(make(), 0, 1, torch.device("cpu"), DataState())
+    assert [[int(x) for x in b] for (b,) in prepared] == plain  # type: ignore[union-attr]
+    assert len(prepared) == len(plain) == (2 if drop_last else 3)
+    assert [len(b) for b in plain][-1] == (4 if drop_last else 2)
+    assert prepared.remainder == 0  # nothing padded: gather_for_metrics keeps every row
 
 
 def test_padding_wraps_to_the_start_and_sits_at_the_end() -> None:
