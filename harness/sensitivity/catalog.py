@@ -193,9 +193,10 @@ CORE_BUGS: tuple[Bug, ...] = (
         select="uneven-cpu1-single-fp32",
         affects="uneven and cpu1",
         imitates="the padding that keeps several ranks even applied to one process too (this core before "
-                 "this release): torch.utils.data.DataLoader documents that with drop_last=False 'the last "
-                 "batch will be smaller', and Accelerate shards (and pads) a loader only for several "
-                 "processes; the last step of every epoch trains on repeated samples",
+                 "this release; Accelerate shards, and pads, a loader only for several processes): the last "
+                 "step of every epoch trains on repeated samples (documented: torch.utils.data.DataLoader, "
+                 "\"If False and the size of dataset is not divisible by the batch size, then the last batch "
+                 "will be smaller\")",
     ),
     Bug(
         name="loader_len_floors_the_short_batch",
@@ -207,9 +208,11 @@ CORE_BUGS: tuple[Bug, ...] = (
         select="uneven-cpu1-single-fp32",
         affects="uneven and cpu1",
         imitates="len(dataloader) that floors samples / batch while iteration still yields the short last "
-                 "batch (torch's BatchSampler documents ceil without drop_last): the user loop's "
-                 "`step == len(tr_data) - 1` never fires on the last batch, whose gradient leaks into the "
-                 "next epoch's first optimizer step",
+                 "batch: the user loop's `step == len(tr_data) - 1` never fires on the last batch, whose "
+                 "gradient leaks into the next epoch's first optimizer step (no upstream report found; "
+                 "imitates the kind of bug: the last batch counts, documented: torch.utils.data.DataLoader, "
+                 "\"If False and the size of dataset is not divisible by the batch size, then the last batch "
+                 "will be smaller\")",
     ),
     Bug(
         name="shuffle_seeded_with_seed_plus_epoch",

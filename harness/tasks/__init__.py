@@ -18,12 +18,12 @@ from harness.tasks.classifier import ClassifierTask
 from harness.tasks.clip_norm import ClipNormTask
 from harness.tasks.dropout import DropoutTask
 from harness.tasks.lm import LMTask
+from harness.tasks.loader_options import training_loader_options
 from harness.tasks.registry import TaskImportError, get_task, import_tasks, register_task, task_names
 from harness.tasks.regression import RegressionTask
 from harness.tasks.root_param import RootParamTask
 from harness.tasks.scalar import ScalarTask
 from harness.tasks.sgd_accum import SGDAccumTask
-from harness.tasks.loader_options import training_loader_options
 from harness.tasks.shuffled import ShuffledTask, ShuffleTask
 from harness.tasks.uneven import UnevenBatchTask, UnevenTask
 
