@@ -13,7 +13,8 @@ them on every CI run (one per launch shape); the numeric catches run in the full
 
 Here: the backend and precision choice, DDP and data sharding. Apart: what a training step does
 with its gradients and the engine's config and state (training_step.py), checkpoints
-(checkpoints.py), FSDP (fsdp.py) and the small-effect entries (subtle.py; half_precision.py, the 16-bit copies
+(checkpoints.py), FSDP (fsdp.py), the short last batch (short_batches.py) and the small-effect entries
+(subtle.py; half_precision.py, the 16-bit copies
 standing in for fp32 master weights).
 """
 
@@ -23,6 +24,7 @@ from harness.sensitivity.bug import Bug
 from harness.sensitivity.checkpoints import CHECKPOINT_BUGS
 from harness.sensitivity.fsdp import FSDP_BUGS
 from harness.sensitivity.half_precision import HALF_PRECISION_BUGS
+from harness.sensitivity.short_batches import SHORT_BATCH_BUGS
 from harness.sensitivity.subtle import SUBTLE_BUGS
 from harness.sensitivity.training_step import STEP_BUGS
 
@@ -185,36 +187,6 @@ CORE_BUGS: tuple[Bug, ...] = (
                  "data in the same order\")",
     ),
     Bug(
-        name="short_batch_padded_on_one_process",
-        area="sharding",
-        file="data.py",
-        search="if len(block) < size and order and self.pads:",
-        replace="if len(block) < size and order:",
-        select="uneven-cpu1-single-fp32",
-        affects="uneven and cpu1",
-        imitates="the padding that keeps several ranks even applied to one process too (this core before "
-                 "this release; Accelerate shards, and pads, a loader only for several processes): the last "
-                 "step of every epoch trains on repeated samples (documented: torch.utils.data.DataLoader, "
-                 "\"If False and the size of dataset is not divisible by the batch size, then the last batch "
-                 "will be smaller\")",
-    ),
-    Bug(
-        name="loader_len_floors_the_short_batch",
-        area="sharding",
-        file="data.py",
-        search="    def __len__(self) -> int:\n        return len(self.batch_sampler)\n",
-        replace=("    def __len__(self) -> int:\n"
-                 "        return self.batch_sampler.num_samples // self.batch_sampler.global_batch_size\n"),
-        select="uneven-cpu1-single-fp32",
-        affects="uneven and cpu1",
-        imitates="len(dataloader) that floors samples / batch while iteration still yields the short last "
-                 "batch: the user loop's `step == len(tr_data) - 1` never fires on the last batch, whose "
-                 "gradient leaks into the next epoch's first optimizer step (no upstream report found; "
-                 "imitates the kind of bug: the last batch counts, documented: torch.utils.data.DataLoader, "
-                 "\"If False and the size of dataset is not divisible by the batch size, then the last batch "
-                 "will be smaller\")",
-    ),
-    Bug(
         name="shuffle_seeded_with_seed_plus_epoch",
         area="sharding",
         file="data.py",
@@ -281,8 +253,8 @@ CORE_BUGS: tuple[Bug, ...] = (
     ),
 )
 
-CATALOG: tuple[Bug, ...] = (CORE_BUGS + STEP_BUGS + CHECKPOINT_BUGS + FSDP_BUGS + SUBTLE_BUGS
-                             + HALF_PRECISION_BUGS)
+CATALOG: tuple[Bug, ...] = (CORE_BUGS + SHORT_BATCH_BUGS + STEP_BUGS + CHECKPOINT_BUGS + FSDP_BUGS
+                             + SUBTLE_BUGS + HALF_PRECISION_BUGS)
 
 FAST: tuple[str, ...] = (
     "deepspeed_ignored_on_cpu",
