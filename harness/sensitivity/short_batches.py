@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from harness.sensitivity.bug import Bug
 
+# PreparedDataLoader building its sampler, up to the argument that carries the user's drop_last.
+_SHARDED_SAMPLER = ("self.batch_sampler = ShardedBatchSampler(order, num_samples, loader.batch_size, rank, "
+                    "world_size,\n" + " " * 49)
+
 SHORT_BATCH_BUGS: tuple[Bug, ...] = (
     Bug(
         name="short_batch_padded_on_one_process",
@@ -38,5 +42,18 @@ SHORT_BATCH_BUGS: tuple[Bug, ...] = (
                  "imitates the kind of bug: the last batch counts, documented: torch.utils.data.DataLoader, "
                  "\"If False and the size of dataset is not divisible by the batch size, then the last batch "
                  "will be smaller\")",
+    ),
+    Bug(
+        name="drop_last_not_passed_to_the_sharded_sampler",
+        area="sharding",
+        file="data.py",
+        search=f"{_SHARDED_SAMPLER}loader.drop_last)",
+        replace=f"{_SHARDED_SAMPLER}False)",
+        select="uneven_drop-cpu2-ddp-fp32",
+        affects="uneven_drop and cpu",
+        imitates="the user's drop_last lost where the core rebuilds the DataLoader: the short last batch is "
+                 "trained on (padded on several processes), an extra micro-step every epoch "
+                 "(huggingface/accelerate#209: drop_last not passed to the DispatchDataLoader, fixed by "
+                 "huggingface/accelerate#212)",
     ),
 )

@@ -25,7 +25,7 @@ from harness.tasks.root_param import RootParamTask
 from harness.tasks.scalar import ScalarTask
 from harness.tasks.sgd_accum import SGDAccumTask
 from harness.tasks.shuffled import ShuffledTask, ShuffleTask
-from harness.tasks.uneven import UnevenBatchTask, UnevenTask
+from harness.tasks.uneven import UnevenBatchTask, UnevenDropLastTask, UnevenTask
 
 register_task(RegressionTask())
 register_task(ClassifierTask())
@@ -39,6 +39,7 @@ register_task(BatchNormSyncTask())
 register_task(DropoutTask())
 register_task(ShuffleTask())
 register_task(UnevenBatchTask())
+register_task(UnevenDropLastTask())
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name.startswith("canary"):

@@ -12,6 +12,11 @@ golden, declared in matrix.toml as such, and failing exactly at those steps.
 batches and one of 4 per epoch), accumulating over 3 micro-batches: optimizer steps of 3, 3 and 2
 micro-batches, the last of which holds the short batch, over 2 epochs. Plain SGD moves by lr x
 gradient, so a short batch padded, dropped or left out of the last accumulation moves the weights.
+
+`uneven_drop`: the same with `drop_last=True`, so each epoch is 7 batches of 8 (steps of 3, 3 and
+1) on every backend: nothing is padded, and every cell must match the golden, the two-process ones
+included. A sharded loader that loses the user's `drop_last` trains on the short batch (padded on
+several processes) and takes an extra micro-step.
 """
 
 from __future__ import annotations
@@ -72,3 +77,9 @@ class UnevenBatchTask(UnevenTask):
 
     def _make_data(self, size: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
         return mlp_data(size, self.features, self.outputs, generator, self.seed, self.target_scale)
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnevenDropLastTask(UnevenBatchTask):
+    name: str = "uneven_drop"
+    drop_last: bool = True

@@ -22,6 +22,24 @@ class _Dropping(UnevenTask):
     drop_last: bool = True
 
 
+def test_uneven_drop_leaves_the_short_batch_out_of_its_golden() -> None:
+    """7 batches of 8 per epoch, steps after micro-steps 2, 5 and 6; every loss the golden records
+    is a full batch's, the first epoch's last one that of the plain DataLoader's 7th batch."""
+    task = get_task("uneven_drop")
+    assert isinstance(task, UnevenTask) and task.drop_last
+    assert task.train_size == get_task("uneven").train_size
+    assert task.micro_steps_per_epoch == 7
+    assert [s for s in range(task.micro_steps_per_epoch) if task.is_accumulation_boundary(s)] == [2, 5, 6]
+    record = train_reference(task, "fp32")
+    assert len(record.losses) == 7 * task.epochs
+    # The same data and model as `uneven`: the first 7 micro-steps are the same computation (the
+    # weights differ only after micro-step 6's step); `uneven`'s 8th loss is its short batch's.
+    kept = train_reference(get_task("uneven"), "fp32")
+    assert record.losses[:7] == kept.losses[:7] and record.losses[7] != kept.losses[7]
+    plain = list(DataLoader(DictDataset(task.train_dataset().tensors), batch_size=8, drop_last=True))
+    assert len(plain) == 7 and all(len(batch["x"]) == 8 for batch in plain)
+
+
 def test_the_steps_count_the_short_batch_unless_it_is_dropped() -> None:
     task = get_task("uneven")
     assert isinstance(task, UnevenTask) and task.train_size % task.global_batch_size
