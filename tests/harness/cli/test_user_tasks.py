@@ -12,10 +12,14 @@ the golden commands import it through sys.path and hand PYTHONPATH to the child 
 goldens, and afterwards the package's modules and tasks are forgotten again, so each command
 imports the user's files as they are then.
 
+On the way, `calibrate --write-semantics-tolerances` measures the own-semantics check's tolerances
+for the user's half-precision cells, and the passing run shows its bf16 DDP cell checked by them.
+
 Launches: a passing run of two launch shapes, and one failing cell run with --isolate: its launch
 is the whole judgement; the runner's confirming rerun of a failure in a fresh launch (a third
 launch, which this test never looked at) is asserted in tests/harness/run/test_runner.py.
-Goldens for fp32 only, in one child process per golden command."""
+Goldens for every precision, in one child process. One flow, not several tests: `init`, the goldens
+and a run cost seconds each, and each step starts from the last one's state."""
 
 from __future__ import annotations
 
@@ -107,22 +111,31 @@ def test_a_users_task_package_makes_goldens_passes_and_catches_a_changed_model(t
     again = _harness_here("init", str(user), user=user)
     assert again.returncode == 2 and "--force" in again.stderr, _out(again)
 
-    made = _harness_here("golden", "--update", "--precision", "fp32", "--matrix", matrix, user=user)
+    made = _harness_here("golden", "--update", "--matrix", matrix, user=user)
     assert made.returncode == 0, _out(made)
-    assert "my_mlp-fp32: new" in made.stdout and f"rewritten in {user / 'golden'}" in made.stdout
+    assert all(f"my_mlp-{p}: new" in made.stdout for p in ("fp32", "fp16", "bf16")), _out(made)
+    assert f"rewritten in {user / 'golden'}" in made.stdout
     made_files = sorted(p.name for p in (user / "golden").iterdir())
-    assert made_files == ["my_mlp-fp32.json", "my_mlp-fp32.safetensors"]
+    assert made_files == sorted(f"my_mlp-{p}.{ext}" for p in ("fp32", "fp16", "bf16")
+                                for ext in ("json", "safetensors"))
     assert not (REPO_ROOT / "matrix" / "golden" / "my_mlp-fp32.json").exists()
     shown = _harness_here("golden", "--show", "my_mlp", "--precision", "fp32", "--matrix", matrix, user=user)
     assert shown.returncode == 0, _out(shown)
     assert all(word in shown.stdout for word in ("16 micro-steps", "hidden.weight", "eval outputs"))
 
+    _measure_and_name_the_semantics_tolerances(user, matrix)
+
     report = tmp_path / "pass"
-    passing = _harness("run", "--matrix", matrix, "-k", "fp32 and (cpu1 or ddp)", "--report-dir", str(report),
-                       user=user)
+    passing = _harness("run", "--matrix", matrix, "-k", "fp32 and (cpu1 or ddp) or my_mlp-cpu2-ddp-bf16",
+                       "--report-dir", str(report), user=user)
     assert passing.returncode == 0, _out(passing)
     cells = cells_by_id(report)
-    assert {cells[i]["status"] for i in ("my_mlp-cpu1-single-fp32", "my_mlp-cpu2-ddp-fp32")} == {"passed"}
+    passed = ("my_mlp-cpu1-single-fp32", "my_mlp-cpu2-ddp-fp32", "my_mlp-cpu2-ddp-bf16")
+    assert {cells[i]["status"] for i in passed} == {"passed"}, {i: cells[i]["reason"] for i in passed}
+    # The bf16 cell of the user's task is checked against its own-semantics reference.
+    checked = cells["my_mlp-cpu2-ddp-bf16"]
+    assert checked["extra"]["semantics"].startswith("final weights within atol"), checked["extra"]
+    assert any(c["quantity"].startswith("semantics:state_dict/") for c in checked["comparisons"])
 
     # A deliberate change to the user's model (its own module, not the task's): the numbers move.
     models = user / "my_tasks" / "models.py"
@@ -145,39 +158,24 @@ def test_a_users_task_package_makes_goldens_passes_and_catches_a_changed_model(t
     assert fix in stale.stdout
 
 
-def test_a_users_half_precision_cells_get_the_own_semantics_check_once_it_is_measured(tmp_path: Path) -> None:
-    """`calibrate --write-semantics-tolerances` on a user's matrix: its child process (kernels
+def _measure_and_name_the_semantics_tolerances(user: Path, matrix: str) -> None:
+    """`calibrate --write-semantics-tolerances` on the user's matrix: its child process (kernels
     capped at AVX2) imports the user's package too, the file lands beside the matrix, and once the
-    matrix names it a bf16 cell of the user's task is checked against its own-semantics reference."""
-    user = tmp_path / "user_repo"
-    matrix = str(user / "matrix.toml")
-    assert _harness_here("init", str(user), user=user).returncode == 0
-    made = _harness_here("golden", "--update", "--precision", "bf16", "--matrix", matrix, user=user)
-    assert made.returncode == 0, _out(made)
-
+    matrix names it (not before) a bf16 cell of the user's task has a tolerance for the check."""
     measured = _harness("calibrate", "--matrix", matrix, "--write-semantics-tolerances", user=user)
     assert measured.returncode == 0, _out(measured)
     written = user / "semantics_tolerances.toml"
     assert written.is_file() and "[bf16.my_mlp.splits_2]" in written.read_text()
     add = 'semantics_per_task = "semantics_tolerances.toml"'
     assert add in measured.stdout, _out(measured)
-
-    def ddp_bf16(name: str) -> dict[str, Any]:
-        report = tmp_path / name
-        done = _harness("run", "--matrix", matrix, "-k", "my_mlp-cpu2-ddp-bf16", "--report-dir", str(report),
-                        user=user)
-        assert done.returncode == 0, _out(done)
-        cell: dict[str, Any] = cells_by_id(report)["my_mlp-cpu2-ddp-bf16"]
-        assert cell["status"] == "passed", cell["reason"]
-        return cell
-
-    # Before the matrix names the file, the check has no tolerance for the cell (what the run's
-    # judging asks, here in this process: a launch would only repeat the checked run below).
+    # Before the matrix names the file, the check has no tolerance for the cell: what a run's
+    # judging asks, here in this process.
+    cell = Cell.from_id("my_mlp-cpu2-ddp-bf16")
     with _users_package_for_a_while(user):
-        entry, why = semantics_entry(Cell.from_id("my_mlp-cpu2-ddp-bf16"), load_matrix(matrix).tolerances)
+        entry, why = semantics_entry(cell, load_matrix(matrix).tolerances)
     assert entry is None and why.startswith("no measured tolerance for bf16 my_mlp"), why
     toml = user / "matrix.toml"
     toml.write_text(toml.read_text().replace("[tolerances]\n", f"[tolerances]\n{add}\n", 1))
-    checked = ddp_bf16("checked")
-    assert checked["extra"]["semantics"].startswith("final weights within atol"), checked["extra"]
-    assert any(c["quantity"].startswith("semantics:state_dict/") for c in checked["comparisons"])
+    with _users_package_for_a_while(user):
+        entry, why = semantics_entry(cell, load_matrix(matrix).tolerances)
+    assert entry is not None, why
