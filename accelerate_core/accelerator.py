@@ -202,7 +202,7 @@ class Accelerator:
 
     def gather_for_metrics(self, data: Any) -> Any:
         """gather(), minus the samples the last batch repeated to keep ranks even."""
-        gathered = ops.gather(data)
+        gathered = ops.gather(data, caller="gather_for_metrics")
         loader = self._data_state.active
         if loader is not None and self._data_state.end_of_dataloader and loader.remainder:
             gathered = ops.truncate(gathered, loader.total_batch_size, loader.remainder)

@@ -2,7 +2,11 @@
 
 The user's model returns whatever it likes (the user loop gathers a model-output dataclass), so
 every function here walks the structure, applies a per-tensor operation and rebuilds the same
-container types. Non-tensor leaves (None, numbers, strings) are passed through unchanged.
+container types. Non-tensor leaves (None, numbers, strings) are passed through unchanged. Any
+other object is refused by the collectives with the path to it (UnsupportedObjectError): walked
+past, the tensors it holds would stay each process's own, and the caller would read one
+process's predictions as everyone's (Hugging Face Accelerate raises a TypeError there too).
+`send_to_device` still passes such objects through, as a batch may carry them.
 Without a process group (one process) the collectives are identities, except that a 0-dim tensor
 still gathers to shape [1], so results have the same shape rule at every world size.
 """
@@ -16,9 +20,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from accelerate_core.errors import InvalidSettingError, explain
+from accelerate_core.errors import InvalidSettingError, UnsupportedObjectError, explain
 
 REDUCTIONS = ("sum", "mean")
+# Leaves a collective passes through unchanged: they hold no tensor to gather or reduce.
+_PLAIN_LEAVES = (type(None), bool, int, float, complex, str, bytes)
 
 
 def map_tensors(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
@@ -39,6 +45,42 @@ def map_tensors(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
     if isinstance(data, (list, tuple)):
         return type(data)(map_tensors(fn, v) for v in data)
     return data
+
+
+def _unreachable(data: Any, path: str) -> tuple[str, Any] | None:
+    """The first leaf of `data` that is neither a tensor nor a plain value, with its path."""
+    if isinstance(data, (torch.Tensor, *_PLAIN_LEAVES)):
+        return None
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        children: list[tuple[str, Any]] = [(f".{f.name}", getattr(data, f.name))
+                                           for f in dataclasses.fields(data) if f.init]
+    elif isinstance(data, Mapping):
+        children = [(f"[{key!r}]", value) for key, value in data.items()]
+    elif isinstance(data, (list, tuple)):
+        children = [(f"[{index}]", value) for index, value in enumerate(data)]
+    else:
+        return path, data
+    for suffix, child in children:
+        found = _unreachable(child, path + suffix)
+        if found is not None:
+            return found
+    return None
+
+
+def _collective(name: str, fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
+    """map_tensors for a collective: every process must reach every tensor, so an object the walk
+    cannot enter is an error, never a silent pass-through."""
+    found = _unreachable(data, "data")
+    if found is not None:
+        path, leaf = found
+        raise UnsupportedObjectError(explain(
+            f"accelerator.{name}: {path} is a {type(leaf).__module__}.{type(leaf).__qualname__}",
+            f"{name} reaches tensors only inside dicts, lists, tuples, namedtuples and dataclasses; "
+            "passed through, the tensors this object holds would stay each process's own",
+            "a tensor, or those containers of tensors (None, numbers and strings pass unchanged)",
+            "make the model return a dataclass or a dict (a Hugging Face model output is both), or pass "
+            "the tensors themselves, e.g. accelerator.gather(output.logits)"))
+    return map_tensors(fn, data)
 
 
 def send_to_device(data: Any, device: torch.device) -> Any:
@@ -68,13 +110,14 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=0).to(tensor.dtype)
 
 
-def gather(data: Any) -> Any:
-    """Concatenate every rank's tensors along dim 0, in rank order (a collective).
+def gather(data: Any, caller: str = "gather") -> Any:
+    """Concatenate every rank's tensors along dim 0, in rank order (a collective). `caller` names
+    the Accelerator method in an error.
 
     Shapes must agree across ranks in every dimension: call pad_across_processes first when
     ranks hold different lengths.
     """
-    return map_tensors(_gather_one, data)
+    return _collective(caller, _gather_one, data)
 
 
 def _check_reduction(reduction: str) -> None:
@@ -100,7 +143,7 @@ def reduce(data: Any, reduction: str = "mean") -> Any:
             out = out / world
         return out
 
-    return map_tensors(one, data)
+    return _collective("reduce", one, data)
 
 
 def pad_across_processes(data: Any, dim: int = 0, pad_index: int | float = 0, pad_first: bool = False) -> Any:
@@ -130,7 +173,7 @@ def pad_across_processes(data: Any, dim: int = 0, pad_index: int | float = 0, pa
         out[tuple(index)] = tensor
         return out
 
-    return map_tensors(one, data)
+    return _collective("pad_across_processes", one, data)
 
 
 def truncate(data: Any, full_length: int, keep: int) -> Any:
