@@ -99,6 +99,18 @@ SUBTLE_BUGS: tuple[Bug, ...] = (
                  "sqrt(var + eps))",
     ),
     Bug(
+        name="sync_batchnorm_backward_eps_dropped",
+        area="ddp",
+        file="sync_batchnorm.py",
+        search="        ctx.save_for_backward(x_hat, invstd, w32)",
+        replace="        ctx.save_for_backward(x_hat, torch.rsqrt(var), w32)  # the backward's 1/std, eps left out",
+        select="batchnorm_sync-cpu2-ddp-fp32",
+        affects="batchnorm_sync and cpu2",
+        imitates="the hand-written backward scales the input's gradient by 1/sqrt(var) where the forward "
+                 "normalised by 1/sqrt(var + eps) (chainer/chainer#4191: \"+ self.eps is missing in a line "
+                 "in backward of BatchRenormalizationFunction\")",
+    ),
+    Bug(
         name="sync_batchnorm_running_var_local_count",
         area="ddp",
         file="sync_batchnorm.py",
