@@ -103,12 +103,27 @@ SUBTLE_BUGS: tuple[Bug, ...] = (
         area="ddp",
         file="sync_batchnorm.py",
         search="        ctx.save_for_backward(x_hat, invstd, w32)",
-        replace="        ctx.save_for_backward(x_hat, torch.rsqrt(var), w32)  # the backward's 1/std, eps left out",
+        replace="        ctx.save_for_backward(x_hat, torch.rsqrt(var), w32)"
+                "  # the backward's 1/std, eps left out",
         select="batchnorm_sync-cpu2-ddp-fp32",
         affects="batchnorm_sync and cpu2",
         imitates="the hand-written backward scales the input's gradient by 1/sqrt(var) where the forward "
                  "normalised by 1/sqrt(var + eps) (chainer/chainer#4191: \"+ self.eps is missing in a line "
                  "in backward of BatchRenormalizationFunction\")",
+    ),
+    Bug(
+        name="batchnorm_eval_eps_dropped",
+        area="ddp",
+        file="sync_batchnorm.py",
+        search="                self.weight, self.bias, use_batch_stats, factor, self.eps)",
+        replace="                self.weight, self.bias, use_batch_stats, factor,"
+                " self.eps if self.training else 0.0)",
+        select="batchnorm_sync-cpu2-ddp-fp32",
+        # The synchronised layers replace BatchNorm on several processes only (strategies/ddp.py).
+        affects="batchnorm_sync and cpu2",
+        imitates="the evaluation-mode normalisation with the running statistics divides by "
+                 "sqrt(running_var) without eps (chainer/chainer#2214: add eps to the variance in "
+                 "fixed_batch_normalization)",
     ),
     Bug(
         name="sync_batchnorm_running_var_local_count",
