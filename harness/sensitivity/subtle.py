@@ -126,6 +126,18 @@ SUBTLE_BUGS: tuple[Bug, ...] = (
                  "fixed_batch_normalization)",
     ),
     Bug(
+        name="sync_batchnorm_input_grad_without_weight",
+        area="ddp",
+        file="sync_batchnorm.py",
+        search="                scale = invstd if w32 is None else invstd * w32",
+        replace="                scale = invstd  # the layer's weight left out of the input's gradient",
+        select="batchnorm_sync-cpu2-ddp-fp32",
+        affects="batchnorm_sync and cpu2",
+        imitates="the backward multiplies the output's gradient by the layer's weight for the weight and "
+                 "bias gradients but not for the input's (denizyuret/Knet.jl#288: Batchnorm backward on cpu "
+                 "doesn't seem to take care about scales)",
+    ),
+    Bug(
         name="sync_batchnorm_running_var_local_count",
         area="ddp",
         file="sync_batchnorm.py",
