@@ -263,8 +263,13 @@ class PreparedDataLoader:
                 "the same dataset and shuffling as the run that saved it",
                 "prepare the same dataloaders, in the same order, as the run that saved it"))
         consumed, size = int(entry["samples_consumed"]), sampler.global_batch_size
-        if int(entry["batches_consumed"]) >= int(entry["batches_in_epoch"]):
-            skip = len(self)  # the epoch was done: the next pass is empty, then the next epoch
+        # Saved at the last batch of a pass (the checkpoint a user writes once per epoch): that
+        # epoch is done, so the loader stands at the next one's start, nothing to skip, and its
+        # next pass is an ordinary one, as in the uninterrupted run. Saved mid-pass: the rest of
+        # that pass, its order and random draws already made before the checkpoint.
+        finished = int(entry["batches_consumed"]) >= int(entry["batches_in_epoch"])
+        if finished:
+            skip = 0
         elif consumed % size == 0:
             skip = consumed // size
         else:
@@ -277,21 +282,23 @@ class PreparedDataLoader:
                 f"resume with a global batch of {entry['global_batch_size']} (per-process batch = "
                 f"{entry['global_batch_size']} / processes), or save at an epoch boundary"))
         if shuffled:
-            self._restore_shuffle(entry, legacy_seed)
-        self.epoch = int(entry["epoch"])
+            self._restore_shuffle(entry, legacy_seed, finished)
+        self.epoch = int(entry["epoch"]) + (1 if finished else 0)
         self.position = 0
         self.resume_skip = skip
-        self._restored_pass = True
+        # Only a pass interrupted mid-way drew its order and base seed before the checkpoint.
+        self._restored_pass = not finished and int(entry["batches_consumed"]) > 0
 
-
-    def _restore_shuffle(self, entry: dict[str, Any], legacy_seed: Any) -> None:
-        order = entry.get("order")
+    def _restore_shuffle(self, entry: dict[str, Any], legacy_seed: Any, finished: bool) -> None:
+        order = None if finished else entry.get("order")  # a finished pass leaves nothing to replay
         if legacy_seed is not None:
             warnings.warn(
                 "load_state: a checkpoint of format 2 shuffled its dataloader with seed + epoch; the "
                 "interrupted epoch resumes in that order, later epochs are shuffled as the DataLoader "
                 "itself shuffles (its sampler's draws), as this version of the core does", stacklevel=3)
-            order = legacy_shuffled_order(int(entry["num_samples"]), int(legacy_seed), int(entry["epoch"]))
+            if not finished:
+                order = legacy_shuffled_order(int(entry["num_samples"]), int(legacy_seed),
+                                              int(entry["epoch"]))
         self._restored_order = [int(i) for i in order] if order else None
         state, generator = entry.get("generator_state"), self.base.generator
         if state is not None and generator is not None:

@@ -25,6 +25,7 @@ from harness.errors import HarnessError, explain
 from harness.golden.reference import ReferenceState, train_reference
 from harness.record.record_format import Record
 from harness.tasks.base import Task
+from harness.tasks.loader_options import training_loader_options
 from harness.tasks.shuffled import ShuffledTask
 
 FORMAT = "accelerate_core.checkpoint"
@@ -69,7 +70,8 @@ def write_checkpoint(directory: Path, task: Task, precision: str, state: Referen
         "rng_rank0.json": _json(_rng_json()),
         "rng_rank0.safetensors": save_tensors({"torch": torch.get_rng_state()}),
         "progress.json": _json({"dataloaders": [
-            _progress(state.epoch, state.batches_consumed, task.global_batch_size, task.train_size),
+            _progress(state.epoch, state.batches_consumed, task.global_batch_size, task.train_size,
+                      drop_last=bool(training_loader_options(task).get("drop_last", False))),
             _progress(0, 0, task.eval_batch_size, task.eval_size),  # the eval loader: not iterated yet
         ]}),
     }
@@ -134,10 +136,13 @@ def _rng_json() -> dict[str, Any]:
     return state
 
 
-def _progress(epoch: int, batches: int, global_batch: int, samples: int) -> dict[str, Any]:
-    # The user loop's loaders it writes for do not shuffle (no order, no generator state) nor drop
-    # the last batch.
-    return {"epoch": epoch, "batches_consumed": batches, "batches_in_epoch": -(-samples // global_batch),
+def _progress(epoch: int, batches: int, global_batch: int, samples: int,
+              drop_last: bool = False) -> dict[str, Any]:
+    # The user loop's loaders it writes for do not shuffle (no order, no generator state). A short
+    # last batch is a batch of the epoch unless the loader drops it, as the core counts them: an
+    # epoch whose every batch was taken is done, and its checkpoint resumes at the next epoch.
+    in_epoch = samples // global_batch if drop_last else -(-samples // global_batch)
+    return {"epoch": epoch, "batches_consumed": batches, "batches_in_epoch": in_epoch,
             "samples_consumed": min(batches * global_batch, samples), "global_batch_size": global_batch,
             "num_samples": samples, "shuffled": False, "order": None, "generator_state": None}
 

@@ -97,6 +97,21 @@ CHECKPOINT_BUGS: tuple[Bug, ...] = (
                  "bf16 (TensorAuto/OpenTau#184: resume silently casts bf16 Adam state to fp32, lossy)",
     ),
     Bug(
+        name="resume_epoch_boundary_pass_left_empty",
+        area="checkpoint",
+        file="data.py",
+        search="        if finished:\n            skip = 0\n",
+        replace="        if finished:\n"
+                "            skip = len(self)  # the whole pass, as if the epoch were still to finish\n",
+        select="uneven_drop-cpu1-single-fp32:cpu1-single-fp32",
+        # uneven_drop's checkpoint is the one at an epoch's last batch (matrix.toml [resume.steps]).
+        affects="resume and uneven_drop",
+        imitates="a checkpoint taken at an epoch's last batch restored as a pass with every batch still to "
+                 "skip, so the loop's next epoch iterates an exhausted loader and trains on nothing "
+                 "(verl-project/verl#7401: resuming from an epoch-boundary checkpoint silently skips the "
+                 "next epoch)",
+    ),
+    Bug(
         name="resume_weights_saved_fp16",
         area="checkpoint",
         file="checkpoint/writer.py",

@@ -170,3 +170,58 @@ def test_a_format_2_shuffled_entry_resumes_its_epoch_in_the_old_order_with_a_war
         loader.restore(entry, 0)
     old_order = torch.randperm(12, generator=torch.Generator().manual_seed(7 + 1)).tolist()
     assert [int(x) for (b,) in loader.iterate(skip=loader.resume_skip) for x in b] == old_order[6:]
+
+
+@pytest.mark.parametrize("how", ["skip_first_batches", "the loader itself"])
+def test_a_checkpoint_at_the_last_batch_of_a_pass_resumes_at_the_next_epochs_start(how: str) -> None:
+    """The checkpoint a user writes once per epoch, after the epoch's last optimizer step, inside
+    the loop. Restored, the loader is at the next epoch with nothing to skip, so the next pass is
+    the uninterrupted run's next one whether the loop asks skip_first_batches for the rest (docs)
+    or iterates the loader for its next epoch (Hugging Face's examples at an epoch checkpoint).
+    The core restored it as the finished epoch with the whole pass to skip, and the loader itself
+    then replayed the finished epoch's order."""
+    uninterrupted = _twelve(9)
+    passes = [[int(x) for (b,) in uninterrupted for x in b] for _ in range(3)]
+    interrupted = _twelve(9)
+    _ = [int(x) for (b,) in interrupted for x in b]  # epoch 0, whole
+    iterator = iter(interrupted)
+    for _batch in range(len(interrupted)):  # epoch 1, to its last batch; the save comes here
+        next(iterator)
+    entry = interrupted.progress()
+    assert entry["epoch"] == 1 and entry["batches_consumed"] == entry["batches_in_epoch"] == 4
+
+    resumed = _twelve(1234)  # another seed: only the checkpoint can put it back
+    resumed.restore(entry, 0)
+    assert (resumed.epoch, resumed.resume_skip) == (2, 0)
+    rest = resumed.iterate(skip=resumed.resume_skip) if how == "skip_first_batches" else resumed
+    assert [int(x) for (b,) in rest for x in b] == passes[2]
+
+
+@pytest.mark.parametrize("where", ["at the last batch", "between passes"])
+def test_the_pass_after_an_epoch_checkpoint_draws_its_base_seed_as_the_uninterrupted_one(where: str) -> None:
+    """A loader in order still draws its iterator's base seed from the global stream when a pass
+    starts. A pass restored mid-way must not draw again (the uninterrupted run drew before the
+    checkpoint); a pass that starts after the checkpoint must, or every random number after it
+    (dropout masks) is one draw off the uninterrupted run."""
+    def make() -> PreparedDataLoader:
+        return PreparedDataLoader(DataLoader(TensorDataset(torch.arange(12)), batch_size=3), 0, 1,
+                                  torch.device("cpu"), DataState())
+
+    torch.manual_seed(0)
+    loader = make()
+    iterator = iter(loader)
+    for _batch in range(len(loader)):
+        next(iterator)
+    if where == "between passes":
+        assert next(iterator, None) is None  # the pass ends: the loop has left it
+    entry, saved_rng = loader.progress(), torch.get_rng_state()
+    if where == "at the last batch":
+        assert next(iterator, None) is None
+    _ = [b for b in loader]  # the next pass, uninterrupted
+    expected = torch.rand(3)
+
+    resumed = make()
+    torch.set_rng_state(saved_rng)
+    resumed.restore(entry, 0)
+    _ = [b for b in resumed.iterate(skip=resumed.resume_skip)]
+    assert torch.equal(torch.rand(3), expected)
