@@ -4,8 +4,8 @@ Every rank uses the same global order of sample indices: for a shuffling loader,
 user's own sampler gives in this pass, drawn from the user's generator exactly as a plain
 single-process DataLoader draws it (its worker base seed, then the permutation), so one process
 through the core sees the batches plain PyTorch sees, and N processes see them split; with several
-processes rank 0's order is broadcast (a sampler without a generator draws from each rank's global
-random stream, which need not agree). Global step i takes the samples
+processes rank 0's order is broadcast, and so is a custom sampler's (a sampler without a generator
+draws from each rank's global random stream, which need not agree). Global step i takes the samples
 order[i*N*B : (i+1)*N*B]; rank r takes the r-th block of B of them. With several processes a short
 last global batch is filled by wrapping around to the start of the order, so every rank has B
 samples (as Hugging Face Accelerate's `even_batches` does) and the padding sits at the END of the
@@ -147,9 +147,11 @@ class PreparedDataLoader:
         elif isinstance(sampler, SequentialSampler):
             order = lambda _epoch: list(range(num_samples))  # noqa: E731
         else:
-            # A custom sampler must give the same order on every rank (seeded by epoch).
+            # A custom sampler (WeightedRandomSampler, SubsetRandomSampler, the user's own) may draw
+            # from each rank's global random stream, which need not agree between ranks (a seed
+            # offset by rank): every rank draws, as a plain loop would, and rank 0's order is used.
             custom: Sampler[Any] = sampler  # type: ignore[assignment]
-            order = lambda epoch: _custom_order(custom, epoch)  # noqa: E731
+            order = lambda epoch: self._pass_order(lambda: _custom_order(custom, epoch))  # noqa: E731
             num_samples = len(sampler)  # type: ignore[arg-type]
         self.batch_sampler = ShardedBatchSampler(order, num_samples, loader.batch_size, rank, world_size,
                                                  loader.drop_last)
@@ -190,8 +192,9 @@ class PreparedDataLoader:
         return self.iterate(skip=0)
 
     def _pass_order(self, draw: Callable[[], list[int]]) -> list[int]:
-        """The shuffled order of the pass starting now: a restored one, else the user's sampler's
-        draw (rank 0's when there are several processes)."""
+        """The order of the pass starting now for a shuffling or custom sampler: a restored one
+        (shuffling only), else the user's sampler's draw (rank 0's when there are several
+        processes)."""
         if self._restored_order is not None:
             order, self._restored_order = self._restored_order, None
         else:

@@ -42,6 +42,13 @@ def test_gather_for_metrics_returns_37_samples_in_order(seen: dict[str, Any]) ->
     assert seen["sequential_37_raw"] == [*range(37), 0, 1, 2]
 
 
+def test_a_custom_sampler_drawing_per_rank_is_sharded_in_rank_zeros_order(seen: dict[str, Any]) -> None:
+    # WeightedRandomSampler without a generator, each rank's global stream seeded apart: the
+    # two ranks together see what one process with the global batch and rank 0's seed sees.
+    assert len(seen["weighted_plain"]) == 37
+    assert seen["weighted_prepared"] == seen["weighted_plain"]
+
+
 def test_rank_zero_takes_the_first_block_of_each_global_batch(seen: dict[str, Any]) -> None:
     expected = [list(range(s, s + 4)) for s in range(0, 40, 8)]
     expected[-1] = [32, 33, 34, 35]

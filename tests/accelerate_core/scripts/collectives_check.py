@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, WeightedRandomSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
@@ -68,6 +68,15 @@ def main(argv: list[str] | None = None) -> None:
     seen["shuffled_epoch1"], _ = indices_for_metrics(acc, shuffled)  # epoch advances by itself
     shuffled.set_epoch(0)
     seen["shuffled_again_epoch0"], _ = indices_for_metrics(acc, shuffled)
+    # A custom sampler drawing from the global random stream, seeded per rank (as a seed offset by
+    # rank leaves it): one process with the global batch and rank 0's stream is the reference.
+    weights = torch.linspace(0.2, 1.0, 37)
+    torch.manual_seed(100)
+    plain = DataLoader(Indexed(37), batch_size=8, sampler=WeightedRandomSampler(weights, 37))
+    seen["weighted_plain"] = [i for batch in plain for i in batch["index"].tolist()]
+    torch.manual_seed(100 + rank)
+    weighted = acc.prepare(DataLoader(Indexed(37), batch_size=4, sampler=WeightedRandomSampler(weights, 37)))
+    seen["weighted_prepared"], _ = indices_for_metrics(acc, weighted)
     tiny = acc.prepare(DataLoader(Indexed(3), batch_size=4))
     seen["tiny_3"], seen["tiny_3_raw"] = indices_for_metrics(acc, tiny)
     seen["rank_batches"] = [b["index"].tolist() for b in seq]  # this rank's own blocks
