@@ -16,10 +16,10 @@ the last step of every epoch on repeated samples that plain PyTorch never sees).
 
 Resuming (docs/checkpoint-format.md): a loader reports its epoch and how far into the epoch's
 global order the loop has got (`progress()`), in samples, so a run at another world size with the
-same global batch resumes at the same sample; a shuffling loader also saves the order of the epoch
-being iterated and its generator's state, so the resumed pass and every later one see the orders of
-the uninterrupted run. `restore()` sets these back and remembers the position;
-`skip_first_batches(loader)` then starts the next pass there.
+same global batch resumes at the same sample; a shuffling loader, or one with a custom sampler, also
+saves the order of the epoch being iterated and the state of the generator it was drawn from, so the
+resumed pass and every later one see the orders of the uninterrupted run. `restore()` sets these
+back and remembers the position; `skip_first_batches(loader)` then starts the next pass there.
 """
 
 from __future__ import annotations
@@ -132,6 +132,13 @@ class PreparedDataLoader:
         num_samples = len(loader.dataset)  # type: ignore[arg-type]
         self.world_size = world_size
         self.shuffled = isinstance(sampler, RandomSampler)
+        #: a sampler that is neither a RandomSampler nor a SequentialSampler: its order is saved too
+        self.custom = not isinstance(sampler, (RandomSampler, SequentialSampler))
+        #: the generator each pass's order is drawn from (saved and restored with it): the loader's
+        #: for a shuffling loader (DataLoader(shuffle=True, generator=g) hands g to its RandomSampler),
+        #: a custom sampler's own (`sampler.generator`, as torch's samplers name it), if any
+        self._order_generator: torch.Generator | None = (
+            getattr(sampler, "generator", None) if self.custom else loader.generator)
         #: the order of the pass being iterated (saved by progress(), for a resumed pass)
         self.current_order: list[int] = []
         #: the order of a pass restored from a checkpoint, used instead of drawing one
@@ -192,9 +199,8 @@ class PreparedDataLoader:
         return self.iterate(skip=0)
 
     def _pass_order(self, draw: Callable[[], list[int]]) -> list[int]:
-        """The order of the pass starting now for a shuffling or custom sampler: a restored one
-        (shuffling only), else the user's sampler's draw (rank 0's when there are several
-        processes)."""
+        """The order of the pass starting now for a shuffling or custom sampler: a restored one,
+        else the user's sampler's draw (rank 0's when there are several processes)."""
         if self._restored_order is not None:
             order, self._restored_order = self._restored_order, None
         else:
@@ -240,16 +246,17 @@ class PreparedDataLoader:
     def progress(self) -> dict[str, Any]:
         """This loader's entry of progress.json."""
         sampler = self.batch_sampler
-        generator = self.base.generator
+        generator = self._order_generator
+        drawn = self.shuffled or self.custom
         return {"epoch": self.epoch, "batches_consumed": self.position, "batches_in_epoch": len(self),
                 "samples_consumed": min(self.position * sampler.global_batch_size, sampler.num_samples),
                 "global_batch_size": sampler.global_batch_size, "num_samples": sampler.num_samples,
                 "shuffled": self.shuffled,
                 # The pass being iterated (null between passes or when in order), and the state of
-                # the loader's generator after this pass's draws (null: none, or not shuffled).
-                "order": self.current_order if self.shuffled and self.position else None,
+                # the generator it was drawn from, after this pass's draws (null: none, or in order).
+                "order": self.current_order if drawn and self.position else None,
                 "generator_state": (base64.b64encode(generator.get_state().numpy().tobytes()).decode("ascii")
-                                    if self.shuffled and generator is not None else None)}
+                                    if drawn and isinstance(generator, torch.Generator) else None)}
 
     def restore(self, entry: dict[str, Any], index: int) -> None:
         """Epoch, shuffle seed and position from a progress.json entry, the position converted to
@@ -284,15 +291,15 @@ class PreparedDataLoader:
                 f"a per-process batch size x processes that divides {consumed}",
                 f"resume with a global batch of {entry['global_batch_size']} (per-process batch = "
                 f"{entry['global_batch_size']} / processes), or save at an epoch boundary"))
-        if shuffled:
-            self._restore_shuffle(entry, legacy_seed, finished)
+        if shuffled or self.custom:
+            self._restore_order(entry, legacy_seed, finished)
         self.epoch = int(entry["epoch"]) + (1 if finished else 0)
         self.position = 0
         self.resume_skip = skip
         # Only a pass interrupted mid-way drew its order and base seed before the checkpoint.
         self._restored_pass = not finished and int(entry["batches_consumed"]) > 0
 
-    def _restore_shuffle(self, entry: dict[str, Any], legacy_seed: Any, finished: bool) -> None:
+    def _restore_order(self, entry: dict[str, Any], legacy_seed: Any, finished: bool) -> None:
         order = None if finished else entry.get("order")  # a finished pass leaves nothing to replay
         if legacy_seed is not None:
             warnings.warn(
@@ -303,8 +310,8 @@ class PreparedDataLoader:
                 order = legacy_shuffled_order(int(entry["num_samples"]), int(legacy_seed),
                                               int(entry["epoch"]))
         self._restored_order = [int(i) for i in order] if order else None
-        state, generator = entry.get("generator_state"), self.base.generator
-        if state is not None and generator is not None:
+        state, generator = entry.get("generator_state"), self._order_generator
+        if state is not None and isinstance(generator, torch.Generator):
             generator.set_state(torch.frombuffer(bytearray(base64.b64decode(state)), dtype=torch.uint8))
 
 

@@ -27,6 +27,7 @@ from harness.record.record_format import Record
 from harness.tasks.base import Task
 from harness.tasks.loader_options import training_loader_options
 from harness.tasks.shuffled import ShuffledTask
+from harness.tasks.weighted import WeightedSamplingTask
 
 FORMAT = "accelerate_core.checkpoint"
 FORMAT_VERSION = 3  # docs/checkpoint-format.md: each file's size and sha256, dataloader orders
@@ -36,12 +37,13 @@ MIXED_PRECISION = {"fp32": "no", "fp16": "fp16", "bf16": "bf16"}
 def write_golden_checkpoint(task: Task, precision: str, step: int, directory: Path) -> Record:
     """Train the reference for `step` optimizer steps, write its checkpoint into `directory`
     and return the record of those steps (losses, lrs, skips, loss scales; no eval, no weights)."""
-    if isinstance(task, ShuffledTask):
+    if isinstance(task, (ShuffledTask, WeightedSamplingTask)):
         # Its progress.json would need the pass's order and the generator's state, which a plain
         # DataLoader does not hand out.
+        drawn = "shuffled" if isinstance(task, ShuffledTask) else "drawn by a custom sampler"
         raise HarnessError(explain(
-            f"a golden checkpoint of task {task.name!r}", "its training data is shuffled, and this writer "
-            "records only loaders that run in order", "a task whose training DataLoader does not shuffle",
+            f"a golden checkpoint of task {task.name!r}", f"its training data is {drawn}, and this writer "
+            "records only loaders that run in order", "a task whose training DataLoader runs in order",
             "leave this task out of [[resume.grid]] tasks"))
 
     def save(state: ReferenceState) -> None:

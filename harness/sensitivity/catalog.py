@@ -24,6 +24,7 @@ from harness.sensitivity.bug import Bug
 from harness.sensitivity.checkpoints import CHECKPOINT_BUGS
 from harness.sensitivity.fsdp import FSDP_BUGS
 from harness.sensitivity.half_precision import HALF_PRECISION_BUGS
+from harness.sensitivity.samplers import SAMPLER_BUGS
 from harness.sensitivity.short_batches import SHORT_BATCH_BUGS
 from harness.sensitivity.subtle import SUBTLE_BUGS
 from harness.sensitivity.training_step import STEP_BUGS
@@ -253,8 +254,8 @@ CORE_BUGS: tuple[Bug, ...] = (
     ),
 )
 
-CATALOG: tuple[Bug, ...] = (CORE_BUGS + SHORT_BATCH_BUGS + STEP_BUGS + CHECKPOINT_BUGS + FSDP_BUGS
-                             + SUBTLE_BUGS + HALF_PRECISION_BUGS)
+CATALOG: tuple[Bug, ...] = (CORE_BUGS + SHORT_BATCH_BUGS + SAMPLER_BUGS + STEP_BUGS + CHECKPOINT_BUGS
+                             + FSDP_BUGS + SUBTLE_BUGS + HALF_PRECISION_BUGS)
 
 FAST: tuple[str, ...] = (
     "deepspeed_ignored_on_cpu",

@@ -112,6 +112,20 @@ CHECKPOINT_BUGS: tuple[Bug, ...] = (
                  "next epoch)",
     ),
     Bug(
+        name="resume_custom_sampler_redrawn",
+        area="checkpoint",
+        file="data.py",
+        search="        drawn = self.shuffled or self.custom\n",
+        replace="        drawn = self.shuffled\n",
+        select="weighted-cpu1-single-fp32:cpu1-single-fp32",
+        affects="resume and weighted",
+        imitates="a checkpoint that keeps a shuffling loader's order and generator but not a custom "
+                 "sampler's: the resumed epoch is redrawn from the destination's fresh sampler, so the rest "
+                 "of that epoch and every later one train on other samples than the uninterrupted run "
+                 "(pytorch/pytorch#36650: samplers have no state_dict, so training cannot continue at the "
+                 "precise batch after a restart)",
+    ),
+    Bug(
         name="resume_weights_saved_fp16",
         area="checkpoint",
         file="checkpoint/writer.py",

@@ -26,6 +26,7 @@ from harness.tasks.scalar import ScalarTask
 from harness.tasks.sgd_accum import SGDAccumTask
 from harness.tasks.shuffled import ShuffledTask, ShuffleTask
 from harness.tasks.uneven import UnevenBatchTask, UnevenDropLastTask, UnevenTask
+from harness.tasks.weighted import WeightedSamplingTask, WeightedTask
 
 register_task(RegressionTask())
 register_task(ClassifierTask())
@@ -40,12 +41,14 @@ register_task(DropoutTask())
 register_task(ShuffleTask())
 register_task(UnevenBatchTask())
 register_task(UnevenDropLastTask())
+register_task(WeightedTask())
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name.startswith("canary"):
         importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
-    "DictDataset", "ShuffledTask", "Task", "TaskImportError", "TaskOutput", "UnevenTask", "get_task",
-    "import_tasks", "register_task", "task_names", "training_loader_options",
+    "DictDataset", "ShuffledTask", "Task", "TaskImportError", "TaskOutput", "UnevenTask",
+    "WeightedSamplingTask", "get_task", "import_tasks", "register_task", "task_names",
+    "training_loader_options",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset, WeightedRandomSampler
 
 from accelerate_core import UnsupportedObjectError
 from accelerate_core.data import DataState, PreparedDataLoader, ShardedBatchSampler
@@ -156,6 +156,35 @@ def test_a_pass_restored_mid_epoch_and_the_passes_after_it_are_the_uninterrupted
     assert entry["order"] == passes[1] and entry["epoch"] == 1 and entry["batches_consumed"] == 1
 
     resumed = _twelve(1234)  # another seed: only the checkpoint can put it back
+    resumed.restore(entry, 0)
+    rest = [int(x) for (b,) in resumed.iterate(skip=resumed.resume_skip) for x in b]
+    after = [int(x) for (b,) in resumed for x in b]
+    assert rest == passes[1][3:] and after == passes[2]
+
+
+def _weighted(seed: int) -> PreparedDataLoader:
+    """12 samples, a WeightedRandomSampler drawing 9 a pass from its own generator, batches of 3."""
+    sampler = WeightedRandomSampler(torch.arange(1.0, 13.0), 9, replacement=True,
+                                    generator=torch.Generator().manual_seed(seed))
+    return PreparedDataLoader(DataLoader(TensorDataset(torch.arange(12)), batch_size=3, sampler=sampler),
+                              0, 1, torch.device("cpu"), DataState())
+
+
+def test_a_custom_sampler_resumed_mid_pass_continues_its_draw_and_the_draws_after_it() -> None:
+    """The same for a custom sampler with its own generator: its pass's draw and the state of its
+    generator travel in the entry. Without them the resumed pass was redrawn from wherever the
+    destination's sampler stood: other samples for the rest of the epoch, and for every epoch after."""
+    uninterrupted = _weighted(9)
+    passes = [[int(x) for (b,) in uninterrupted for x in b] for _ in range(3)]
+    assert len(passes[0]) == 9 and len({tuple(p) for p in passes}) == 3
+    interrupted = _weighted(9)
+    _ = [b for b in interrupted]
+    iterator = iter(interrupted)
+    next(iterator)
+    entry = interrupted.progress()
+    assert entry["order"] == passes[1] and entry["generator_state"] is not None and not entry["shuffled"]
+
+    resumed = _weighted(1234)
     resumed.restore(entry, 0)
     rest = [int(x) for (b,) in resumed.iterate(skip=resumed.resume_skip) for x in b]
     after = [int(x) for (b,) in resumed for x in b]

@@ -40,7 +40,7 @@ from harness.tasks import get_task, task_names
 pytestmark = [pytest.mark.goldens, pytest.mark.numerics]
 
 OWN_GOLDENS = ("regression", "classifier", "lm", "scalar", "root_param", "sgd_accum", "clip_norm",
-               "batchnorm", "dropout", "shuffle", "uneven", "uneven_drop")
+               "batchnorm", "dropout", "shuffle", "uneven", "uneven_drop", "weighted")
 
 
 Pair = tuple[str, str]
