@@ -194,7 +194,8 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
     if half is not None:
         half.buffers_to_master()
     net.eval()
-    eval_outputs = {} if stopped else _evaluate(task, net, device, precision, DictDataset(inputs.eval), half)
+    eval_outputs = {} if stopped else _evaluate(task, net, device, precision, DictDataset(inputs.eval), half,
+                                                perturbation.splits)
     return Record(
         task=task.name,
         precision=precision,
@@ -211,16 +212,38 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
 
 @torch.no_grad()
 def _evaluate(task: Task, model: torch.nn.Module, device: torch.device, precision: str,
-              dataset: DictDataset, half: HalfWeights | None = None) -> dict[str, torch.Tensor]:
+              dataset: DictDataset, half: HalfWeights | None = None,
+              splits: int = 1) -> dict[str, torch.Tensor]:
     logits, labels = [], []
     for batch in DataLoader(dataset, batch_size=task.eval_batch_size, shuffle=False):
-        inputs = _to(batch, device) if half is None else half.cast_inputs(_to(batch, device))
-        with _autocast(device, precision if half is None or half.autocast else "fp32"):
-            output = model(**inputs)
-        # FSDP2's root unit hands its outputs back in fp32 (the core's output_dtype): so does its variant
-        logits.append(output.logits.float() if half is not None and half.style == "fsdp" else output.logits)
+        # Split: each rank's block of the eval batch through the model apart, as the ranks compute
+        # them (a GEMM's rounding may depend on how many rows it multiplies), the gathered rows kept.
+        outputs = [_eval_forward(model, device, precision, half, part)
+                   for part in _chunks(_padded(batch, dataset, task.eval_batch_size, splits), splits)]
+        logits.append(torch.cat(outputs)[:len(batch["labels"])])
         labels.append(batch["labels"])
     return {"logits": torch.cat(logits), "labels": torch.cat(labels)}
+
+
+def _eval_forward(model: torch.nn.Module, device: torch.device, precision: str, half: HalfWeights | None,
+                  batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    inputs = _to(batch, device) if half is None else half.cast_inputs(_to(batch, device))
+    with _autocast(device, precision if half is None or half.autocast else "fp32"):
+        output = model(**inputs)
+    # FSDP2's root unit hands its outputs back in fp32 (the core's output_dtype): so does its variant
+    return output.logits.float() if half is not None and half.style == "fsdp" else output.logits
+
+
+def _padded(batch: dict[str, torch.Tensor], dataset: DictDataset, size: int,
+            splits: int) -> dict[str, torch.Tensor]:
+    """A short last eval batch filled up to `size` from the start of the dataset, as the core keeps
+    several ranks even (accelerate_core/data.py; gather_for_metrics drops the filling); one split
+    (the golden) keeps it short, as a plain DataLoader gives it."""
+    missing = size - len(batch["labels"])
+    if splits == 1 or missing <= 0:
+        return batch
+    filling = [i % len(dataset) for i in range(missing)]
+    return {k: torch.cat([v, dataset.tensors[k][filling]]) for k, v in batch.items()}
 
 
 def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
