@@ -4,6 +4,7 @@ a gradient scale scales the step, half weights keep fp32 masters."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness.golden.reference import Perturbation, ReferenceInputs, ReferenceState, train_reference
@@ -65,3 +66,44 @@ def test_half_weights_step_fp32_masters_and_compute_with_half_copies() -> None:
         assert all(v.dtype == torch.float32 for k, v in record.state_dict.items() if v.is_floating_point())
         golden_loop = train_reference(get_task("lm"), "bf16", perturbation=Perturbation(splits=2))
         assert record.losses != golden_loop.losses  # the half semantics are not autocast's
+
+
+
+def test_a_split_evaluates_each_ranks_rows_apart_filling_the_short_batch_as_the_core_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rank computes its block of an eval batch by itself (a GEMM may round 4 rows unlike 8), and
+    the short last batch is filled from the start of the set, as the core's sampler fills it: every
+    eval forward of the reference then takes one rank's rows, its logits are those of the blocks
+    computed here one by one, and the filling is left out, as gather_for_metrics leaves it out."""
+    from accelerate_core.data import ShardedBatchSampler
+
+    task = get_task("regression")
+    inputs = ReferenceInputs.of(task)
+    model_class = type(task.build_model())
+    forward = model_class.forward
+    eval_rows_seen: list[int] = []
+
+    def recording(self: torch.nn.Module, **batch: torch.Tensor) -> object:
+        if not self.training:
+            eval_rows_seen.append(len(next(iter(batch.values()))))
+        return forward(self, **batch)
+
+    monkeypatch.setattr(model_class, "forward", recording)
+    record = train_reference(task, "fp32", inputs=inputs, perturbation=Perturbation(splits=2))
+    monkeypatch.undo()
+    size, per_rank = task.eval_batch_size, task.eval_batch_size // 2
+    eval_rows = len(inputs.eval["labels"])
+    assert eval_rows % size, "the eval set must end with a short batch for this test to mean anything"
+    assert eval_rows_seen == [per_rank] * (2 * -(-eval_rows // size))
+    # The core's rows of the last global eval batch, rank by rank (data.py's wrap-around).
+    samplers = [ShardedBatchSampler(lambda _e: list(range(eval_rows)), eval_rows, per_rank, r, 2)
+                for r in (0, 1)]
+    model = task.build_model()
+    model.load_state_dict(record.state_dict)
+    model.eval()
+    with torch.no_grad():
+        blocks = [model(**{k: v[list(s)[-1]] for k, v in inputs.eval.items()}).logits for s in samplers]
+    short = eval_rows % size
+    assert torch.equal(record.eval_outputs["logits"][-short:], torch.cat(blocks)[:short])
+    assert record.eval_outputs["logits"].shape[0] == eval_rows
+    assert torch.equal(record.eval_outputs["labels"], inputs.eval["labels"])
