@@ -13,7 +13,9 @@ of cell differing (docs/calibration.md, section 4). On an Intel Xeon with AVX-51
 (no AMX) the same held but for `uneven_drop`'s five 2-process fp32 cells, 1-2 ulps off (accumulation
 over micro-batches, as `sgd_accum`'s): they were exact on the EPYCs by chance, and are excluded now;
 capped at AVX2 there, every 2-process fp32 member's eval logits differed until the reference
-evaluated each rank's rows apart (harness/golden/reference.py).
+evaluated each rank's rows apart (harness/golden/reference.py). `clip_norm` on ZeRO-1/2/3 and FSDP2
+was excluded (the clip norm summed per shard: 1-2 fp32 ulps) until the reference took the norm as
+each of them does (harness.golden.backend_clipping): all 12 of those cells are bit-identical since.
 Opt-in because a member that is exact on every CPU measured so far may still not be on the next one
 (AMX has not been measured): `python -m harness calibrate --exact-tier DIR` there says whether it holds.
 """
@@ -45,9 +47,6 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
     ("uneven_drop and cpu2 and fp32",
      "each rank accumulates its own micro-batches before the ranks average, as in sgd_accum: 1-2 fp32 "
      "ulps (eval logits up to 6.0e-8) on an Intel Xeon with avx512_fp16, bit-identical on an AMD EPYC"),
-    ("clip_norm and cpu2 and not ddp",
-     "ZeRO and FSDP2 sum the clip norm's squares per partition: 1-2 fp32 ulps (up to 3.9e-6 in a "
-     "ZeRO-3 fp16 weight)"),
     ("batchnorm_sync and cpu2",
      "SyncBatchNorm sums each rank's statistics; the reference takes them over the whole batch at "
      "once: eval logits 4.8e-7 in fp32"),

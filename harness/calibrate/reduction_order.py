@@ -1,7 +1,8 @@
 """The plain reference run the way a cell's backend computes (each rank's share of a global batch
 as its own micro-batch, their gradients averaged; this machine's kernels; the ranks' intra-op
 thread count; in fp16/bf16 the backend's half precision: ZeRO-1's, ZeRO-2/3's or FSDP2's, from
-harness.golden.half_weights; BatchNorm over the global batch where the task synchronises it), and
+harness.golden.half_weights; BatchNorm over the global batch where the task synchronises it; a
+clipping task's norm as ZeRO or FSDP2 takes it over their shards, harness.golden.backend_clipping), and
 a record compared with it value for value: what `python -m harness calibrate --exact-tier`
 measures (harness.calibrate.exact_tier, docs/calibration.md).
 
@@ -27,6 +28,9 @@ _lock = threading.Lock()
 # The half precision each strategy's cells compute in (harness.golden.half_weights); the others
 # (single, DDP) autocast over fp32 weights, as the golden's loop does.
 HALF_SEMANTICS = {"zero1": "zero1", "zero2": "zero2", "zero3": "zero2", "fsdp": "fsdp"}
+# How each sharding strategy takes the gradient norm it clips by, in every precision
+# (harness.golden.backend_clipping); single and DDP clip whole gradients, as the golden does.
+CLIP_STYLES = {"zero1": "zero12", "zero2": "zero12", "zero3": "zero3", "fsdp": "fsdp"}
 
 
 def reduction_order_perturbation(cell: Cell) -> Perturbation:
@@ -34,10 +38,13 @@ def reduction_order_perturbation(cell: Cell) -> Perturbation:
     half precision its backend's semantics; a synchronised task's BatchNorm over the global batch."""
     threads = int(launch_env(cell)["OMP_NUM_THREADS"])
     half = HALF_SEMANTICS.get(cell.strategy, "") if cell.precision != "fp32" else ""
-    synchronised = cell.processes > 1 and bool(getattr(get_task(cell.task), "sync_batchnorm", False))
-    parts = (f"splits_{cell.processes}", half, "sync_batchnorm" if synchronised else "")
+    task = get_task(cell.task)
+    synchronised = cell.processes > 1 and bool(getattr(task, "sync_batchnorm", False))
+    clip = CLIP_STYLES.get(cell.strategy, "") if task.max_grad_norm is not None else ""
+    parts = (f"splits_{cell.processes}", half, "sync_batchnorm" if synchronised else "",
+             f"clip_{clip}" if clip else "")
     return Perturbation(splits=cell.processes, threads=threads, half_weights=half,
-                        sync_batchnorm=synchronised, name="_".join(p for p in parts if p))
+                        sync_batchnorm=synchronised, clip_style=clip, name="_".join(p for p in parts if p))
 
 
 def reduction_order_reference(cell: Cell, task_name: str) -> Record:

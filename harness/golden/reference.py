@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader
 
+from harness.golden.backend_clipping import clip_as_backend
 from harness.golden.exact_accumulation import ExactAccumulation
 from harness.golden.global_rng import GLOBAL_RNG_LOCK
 from harness.golden.half_weights import HalfWeights
@@ -80,6 +81,10 @@ class Perturbation:
     # Every half-precision GEMM accumulated exactly and rounded once (harness.golden.
     # exact_accumulation): how far another kernel's accumulation order can move the run
     exact_accumulation: bool = False
+    # Clip the gradient norm as DeepSpeed's ZeRO-1/2 ("zero12"), ZeRO-3 ("zero3") or FSDP2 ("fsdp")
+    # computes it over sharded gradients (harness.golden.backend_clipping); "" = torch.nn.utils.
+    # clip_grad_norm_ over whole gradients, as the golden
+    clip_style: str = ""
     name: str = field(default="golden", compare=False)
 
     @property
@@ -165,7 +170,11 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
                 # As accelerator.clip_grad_norm_ does: unscale first (fp16), then clip the norm.
                 if scaler is not None:
                     scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), task.max_grad_norm)
+                if perturbation.clip_style:
+                    clip_as_backend(perturbation.clip_style, list(model.parameters()), task.max_grad_norm,
+                                      perturbation.splits)
+                else:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), task.max_grad_norm)
             lrs.append([group["lr"] for group in optimizer.param_groups])
             overflow = False
             if scaler is not None:

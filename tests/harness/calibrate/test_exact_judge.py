@@ -68,7 +68,7 @@ def test_a_result_that_did_not_pass_is_left_alone(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("cell_id", "why"), [
     ("classifier-cpu2-ddp-fp32", "AdamW over three parameter groups"),
     ("sgd_accum-cpu2-zero1-fp32", "each rank accumulates its own micro-batches"),
-    ("clip_norm-cpu2-fsdp-bf16", "sum the clip norm's squares per partition"),
+    ("uneven_drop-cpu2-fsdp-fp32", "each rank accumulates its own micro-batches"),
     ("batchnorm_sync-cpu2-ddp-fp32", "SyncBatchNorm sums each rank's statistics"),
     ("batchnorm_sync-cpu2-zero2-bf16", "not modelled: synchronised BatchNorm under zero2"),
     ("regression-cuda1-single-fp32", "not a CPU cell"),
@@ -83,6 +83,7 @@ def test_cells_outside_the_tier_are_not_judged_exactly_and_say_why(cell_id: str,
 
 @pytest.mark.parametrize("cell_id", ["classifier-cpu2-ddp-fp16", "sgd_accum-cpu2-zero2-bf16",
                                      "clip_norm-cpu2-ddp-fp32", "lm-cpu2-zero3-fp32",
+                                     "clip_norm-cpu2-zero3-fp32", "clip_norm-cpu2-fsdp-bf16",
                                      "batchnorm-cpu1-single-fp32"])
 def test_the_tier_keeps_what_the_exclusions_do_not_name(cell_id: str) -> None:
     assert why_not_in_tier(Cell.from_id(cell_id)) == ""

@@ -79,6 +79,20 @@ def test_the_reference_follows_each_backends_half_precision_and_synchronised_bat
     assert not reduction_order_perturbation(Cell.from_id("batchnorm-cpu2-ddp-fp32")).sync_batchnorm
 
 
+def test_a_clipping_task_takes_its_norm_as_each_sharding_backend_does() -> None:
+    def clip(cell_id: str) -> tuple[str, str]:
+        perturbation = reduction_order_perturbation(Cell.from_id(cell_id))
+        return perturbation.clip_style, perturbation.name
+
+    assert [clip(f"clip_norm-cpu2-{s}-fp32")[0] for s in ("ddp", "zero1", "zero2", "zero3", "fsdp")] == \
+        ["", "zero12", "zero12", "zero3", "fsdp"]
+    assert clip("clip_norm-cpu1-single-bf16") == ("", "splits_1")
+    # ZeRO-2 and ZeRO-3 share a half precision but not a clip: their references are told apart.
+    assert clip("clip_norm-cpu2-zero2-bf16")[1] == "splits_2_zero2_clip_zero12"
+    assert clip("clip_norm-cpu2-zero3-bf16")[1] == "splits_2_zero2_clip_zero3"
+    assert clip("lm-cpu2-zero3-bf16") == ("", "splits_2_zero2")  # a task that does not clip
+
+
 def test_the_command_refuses_a_folder_without_a_report(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--exact-tier", str(tmp_path)]) == 2

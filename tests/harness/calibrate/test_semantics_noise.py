@@ -28,7 +28,10 @@ def test_the_scope_is_the_half_precision_cells_the_reference_reproduces() -> Non
     assert "sgd_accum-cpu2-zero3-bf16" in zero3.cells and "sgd_accum-cpu2-zero2-bf16" in zero3.cells
     assert zero3.floor == load_matrix().tolerances.entries[("fp32", "zero")].atol
     assert ("bf16", "dropout", "splits_1") in scopes  # its single-process cell; not its 2-process ones
-    assert not [k for k in scopes if k[0] == "fp32" or (k[1] == "clip_norm" and "zero" in k[2])]
+    assert not [k for k in scopes if k[0] == "fp32" or (k[1] == "batchnorm" and "zero" in k[2])]
+    # ZeRO-2 and ZeRO-3 clip by norms taken apart: each its own reference, its own cells.
+    assert scopes[("bf16", "clip_norm", "splits_2_zero2_clip_zero3")].cells == ("clip_norm-cpu2-zero3-bf16",)
+    assert scopes[("bf16", "clip_norm", "splits_2_zero2_clip_zero12")].cells == ("clip_norm-cpu2-zero2-bf16",)
 
 
 def test_every_reference_is_measured_under_each_variation_and_named() -> None:
