@@ -128,3 +128,44 @@ def test_the_judge_never_applies_an_atol_below_this_machines_own_variation(cell_
         assert "widened on this machine" in widened.reason
     else:  # nothing moved here: the file's figure stands
         assert widened.atol == 0.0
+
+
+def test_this_machines_variation_is_measured_only_when_the_files_atol_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Widening only raises an atol, so it can only turn a failure into a pass: a cell that passes at
+    the file's atol is judged by it, with no reference runs for this machine's variation; one
+    that fails at it is judged again at the widened atol, where this machine's variation earns it."""
+    import harness.calibrate.semantics_judge as judge_module
+
+    cell = Cell.from_id("lm-cpu2-zero1-bf16")
+    measured: list[str] = []
+    real = judge_module.widened_here
+
+    def counted(entry, cell):  # type: ignore[no-untyped-def]
+        measured.append(cell.id)
+        return real(entry, cell)
+
+    monkeypatch.setattr(judge_module, "widened_here", counted)
+    table = load_matrix().tolerances
+    entry, _ = semantics_entry(cell, table, widen=False)
+    assert entry is not None
+    tight = replace(table, semantics={**table.semantics, entry.key: replace(entry, atol=0.0, need=0.0)})
+    passed = CellResult(cell, Status.PASSED, duration_s=1.0)
+    reference = _reference(cell)
+    reference.save(tmp_path / "same" / cell.id)
+    same = judge_semantics(passed, tmp_path / "same" / cell.id, tight)
+    assert same.status == Status.PASSED and measured == []  # bit-identical: passes at atol 0 as it stands
+    assert same.extra["semantics"].startswith("final weights within atol 0 ")
+
+    need, variant, _ = variation_here(cell, entry.task)
+    by_name = {v.name: v for v in variations(reduction_order_perturbation(cell))}
+    moved = reference if not need else _reference(cell, threads=by_name[variant].threads,
+                                                  exact_accumulation=by_name[variant].exact_accumulation)
+    moved.save(tmp_path / "moved" / cell.id)
+    judged = judge_semantics(passed, tmp_path / "moved" / cell.id, tight)
+    if need > 0:  # fails at the file's atol 0, passes at the atol this machine's variation earns
+        assert measured == [cell.id]
+        assert judged.status == Status.PASSED, judged.reason
+        assert all(c.atol >= 2 * need for c in judged.comparisons if c.quantity.startswith(SEMANTICS_PREFIX))
+    else:  # nothing moved here: nothing to widen, nothing measured
+        assert judged.status == Status.PASSED and measured == []
