@@ -32,6 +32,15 @@ import torch
 CLIP_STYLES = ("zero12", "zero3", "fsdp")
 
 
+def clip_gradients(parameters: Sequence[torch.nn.Parameter], max_norm: float, style: str, ranks: int) -> None:
+    """The reference's clip: torch.nn.utils.clip_grad_norm_ over whole gradients, as the golden
+    clips, when `style` is ""; else as that backend clips on `ranks` processes."""
+    if style:
+        clip_as_backend(style, parameters, max_norm, ranks)
+    else:
+        torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+
+
 def clip_as_backend(style: str, parameters: Sequence[torch.nn.Parameter], max_norm: float,
                     ranks: int) -> None:
     """Clip the (unscaled, rank-averaged) gradients of `parameters` in place as `style` on `ranks`

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader
 
-from harness.golden.backend_clipping import clip_as_backend
+from harness.golden.backend_clipping import clip_gradients
 from harness.golden.exact_accumulation import ExactAccumulation
 from harness.golden.global_rng import GLOBAL_RNG_LOCK
 from harness.golden.half_weights import HalfWeights
@@ -170,11 +170,8 @@ def _train(task: Task, precision: str, device: torch.device, inputs: ReferenceIn
                 # As accelerator.clip_grad_norm_ does: unscale first (fp16), then clip the norm.
                 if scaler is not None:
                     scaler.unscale_(optimizer)
-                if perturbation.clip_style:
-                    clip_as_backend(perturbation.clip_style, list(model.parameters()), task.max_grad_norm,
-                                      perturbation.splits)
-                else:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), task.max_grad_norm)
+                clip_gradients(list(model.parameters()), task.max_grad_norm, perturbation.clip_style,
+                               perturbation.splits)
             lrs.append([group["lr"] for group in optimizer.param_groups])
             overflow = False
             if scaler is not None:
