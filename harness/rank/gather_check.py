@@ -13,15 +13,27 @@ no compared number moved.
 The loop also gathers `(logits, labels)` as one tuple with gather_for_metrics, the pattern of
 Hugging Face's examples (`predictions, references = accelerator.gather_for_metrics((predictions,
 batch["labels"]))`): it must come back a tuple of exactly what gather_for_metrics gave for each
-tensor alone, the padding of an uneven last batch left out of both.
+tensor alone, the padding of an uneven last batch left out of both. And the same two as a
+namedtuple (`EvalPair`), and the model's output object itself (a dataclass, as a Hugging Face
+model output is) through `gather`: each must come back as its own type, holding what the plain
+calls gave (a namedtuple rebuilt as a plain tuple, huggingface/accelerate#65, or a dataclass
+rebuilt as a dict, the workaround of pytorch/pytorch#41327, break the user's `out.logits`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+
+
+class EvalPair(NamedTuple):
+    """(logits, labels) as the loop gathers them a third time: a namedtuple."""
+
+    logits: torch.Tensor
+    labels: torch.Tensor
 
 
 class GatherCheck:
@@ -32,14 +44,16 @@ class GatherCheck:
         self._first: str | None = None
 
     def add(self, gathered: Any, keys: set[str], local_rows: int, for_metrics: torch.Tensor,
-            pair: Any, labels: torch.Tensor) -> None:
+            pair: Any, labels: torch.Tensor, structures: tuple[Any, Any, Any] | None = None) -> None:
         """`gathered`: accelerator.gather of one eval batch's {"logits": ..., "loss": ...} (the
         loss where the model returned one), whose `keys` those are; `local_rows`: this process's
         rows in it; `for_metrics`: gather_for_metrics(logits); `pair`: gather_for_metrics((logits,
-        labels)); `labels`: gather_for_metrics(labels)."""
+        labels)); `labels`: gather_for_metrics(labels); `structures`: (the model's output object,
+        gather of it, gather_for_metrics(EvalPair(logits, labels)))."""
         self._batches += 1
         problem = self._problem(gathered, keys, local_rows, for_metrics) or _pair_problem(
-            pair, for_metrics, labels)
+            pair, for_metrics, labels) or (_structure_problem(*structures, gathered, for_metrics, labels)
+                                           if structures is not None else None)
         if problem is None:
             self._agreed += 1
         elif self._first is None:
@@ -76,6 +90,27 @@ def _pair_problem(pair: Any, logits: torch.Tensor, labels: torch.Tensor) -> str 
             rows = f"{got.shape[0]} rows" if tensor else type(got).__name__
             return f"{call} returned {name} ({rows}) other than gather_for_metrics({name}) alone " \
                    f"({alone.shape[0]} rows)"
+    return None
+
+
+def _structure_problem(output: Any, whole: Any, named: Any, gathered: Mapping[str, Any],
+                       logits: torch.Tensor, labels: torch.Tensor) -> str | None:
+    """The output object and the namedtuple, each back as its own type with the plain calls' values."""
+    if type(whole) is not type(output):
+        return f"gather(output) returned a {type(whole).__name__} for a {type(output).__name__}"
+    for field in dataclasses.fields(output):
+        got, plain = getattr(whole, field.name), gathered.get(field.name)
+        same = got is plain is None or (isinstance(got, torch.Tensor) and isinstance(plain, torch.Tensor)
+                                        and _same(got.detach().cpu(), plain.detach().cpu()))
+        if not same:
+            return f"gather(output).{field.name} is not what gather gave for it in a dict"
+    call = "gather_for_metrics(EvalPair(logits, labels))"
+    if type(named) is not EvalPair:
+        return f"{call} returned a {type(named).__name__}, not an EvalPair"
+    for name, alone in (("logits", logits), ("labels", labels)):
+        got = getattr(named, name)
+        if not isinstance(got, torch.Tensor) or not _same(got.detach().cpu(), alone):
+            return f"{call}.{name} is not gather_for_metrics({name}) alone"
     return None
 
 

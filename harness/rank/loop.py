@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 from harness.implementations import adapter_for
 from harness.implementations.base import Adapter, CellSettings
 from harness.plan.cell import CORE
-from harness.rank.gather_check import GatherCheck
+from harness.rank.gather_check import EvalPair, GatherCheck
 from harness.rank.phases import PhaseTimer
 from harness.rank.recorder import RankRecorder
 from harness.rank.resume_point import RunSpan
@@ -114,8 +114,11 @@ def _run(accelerator: Any, task: Task, precision: str, span: RunSpan,
             given = {"logits": output.logits, **({"loss": output.loss} if output.loss is not None else {})}
             # and the Hugging Face examples' gather of (predictions, references) as one tuple
             pair = accelerator.gather_for_metrics((output.logits, batch["labels"]))
+            # the output object itself (a dataclass) and the pair as a namedtuple: rebuilt as given
+            structures = (output, accelerator.gather(output),
+                          accelerator.gather_for_metrics(EvalPair(output.logits, batch["labels"])))
             gathers.add(accelerator.gather(given), set(given), output.logits.shape[0], logits[-1], pair,
-                        labels[-1])
+                        labels[-1], structures)
     evidence["gather"] = gathers.evidence()
     accelerator.wait_for_everyone()
     # every rank: a collective under ZeRO-3; then saved and read back, as the user loop keeps it

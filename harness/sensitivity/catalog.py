@@ -242,6 +242,30 @@ CORE_BUGS: tuple[Bug, ...] = (
                  "labels) (open-mmlab/mmpretrain#173: distributed test results no longer in gt_label order)",
     ),
     Bug(
+        name="gather_namedtuple_rebuilt_as_tuple",
+        area="sharding",
+        file="ops.py",
+        search="        return type(data)(*(map_tensors(fn, v) for v in data))",
+        replace="        return tuple(map_tensors(fn, v) for v in data)",
+        select="regression-cpu1-single-fp32",
+        affects="cpu",
+        imitates="the walk that gathers a structure rebuilding a namedtuple as a plain tuple, its field "
+                 "names lost, so the user's `pair.logits` breaks after a gather (huggingface/accelerate#65: "
+                 "namedtuples in model inputs and outputs not honoured, fixed by #67)",
+    ),
+    Bug(
+        name="gather_dataclass_rebuilt_as_dict",
+        area="sharding",
+        file="ops.py",
+        search="        return type(data)(**values)",
+        replace="        return values",
+        select="regression-cpu1-single-fp32",
+        affects="cpu",
+        imitates="a model output dataclass gathered back as a plain dict, so `output.logits` no longer "
+                 "exists on it (pytorch/pytorch#41327: gather cannot rebuild dataclass outputs, and the "
+                 "workaround discussed there and in huggingface/transformers#5941 turns them into dicts)",
+    ),
+    Bug(
         name="reduce_mean_is_sum",
         area="sharding",
         file="ops.py",

@@ -1,6 +1,6 @@
 """The user loop's gather of a whole model output, checked against gather_for_metrics
 (harness.rank.gather_check): what a correct gather returns agrees; each way a gather goes wrong
-is named."""
+is named, and so is an output object or a namedtuple rebuilt as another type."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from harness.rank.gather_check import GatherCheck
+from harness.rank.gather_check import EvalPair, GatherCheck
+from harness.tasks.base import TaskOutput
 
 PROCESSES, LOCAL_ROWS = 2, 3
 LOGITS = torch.arange(12.0).reshape(6, 2)  # two processes' 3 rows each, in rank order
@@ -81,3 +82,34 @@ def test_the_first_disagreement_is_kept_and_every_batch_counted() -> None:
     evidence = check.evidence()
     assert (evidence["batches"], evidence["agreed"]) == (4, 2)
     assert str(evidence["first_disagreement"]).startswith("eval batch 2: ")
+
+
+OUTPUT = TaskOutput(loss=torch.tensor(0.5), logits=LOGITS[:3])  # one process's output object
+WHOLE = TaskOutput(loss=torch.tensor([0.5, 0.7]), logits=LOGITS)  # gather(output) done right
+NAMED = EvalPair(KEPT, LABELS)  # gather_for_metrics(EvalPair(logits, labels)) done right
+
+
+def _structures(whole: Any = WHOLE, named: Any = NAMED) -> dict[str, Any]:
+    check = GatherCheck(PROCESSES)
+    check.add(GOOD, KEYS, LOCAL_ROWS, KEPT, PAIR, LABELS, (OUTPUT, whole, named))
+    return check.evidence()
+
+
+def test_the_output_object_and_a_namedtuple_gathered_right_agree() -> None:
+    assert _structures()["agreed"] == 1
+
+
+@pytest.mark.parametrize(("whole", "named", "why"), [
+    ({"loss": torch.tensor([0.5, 0.7]), "logits": LOGITS}, NAMED,
+     "gather(output) returned a dict for a TaskOutput"),
+    (TaskOutput(loss=None, logits=LOGITS), NAMED,
+     "gather(output).loss is not what gather gave for it in a dict"),
+    (TaskOutput(loss=torch.tensor([0.5, 0.7]), logits=LOGITS.flip(0)), NAMED,
+     "gather(output).logits is not what gather gave for it in a dict"),
+    (WHOLE, (KEPT, LABELS), "gather_for_metrics(EvalPair(logits, labels)) returned a tuple, not an EvalPair"),
+    (WHOLE, EvalPair(LOGITS, LABELS),
+     "gather_for_metrics(EvalPair(logits, labels)).logits is not gather_for_metrics(logits) alone"),
+])
+def test_each_structure_rebuilt_wrong_is_named(whole: Any, named: Any, why: str) -> None:
+    evidence = _structures(whole, named)
+    assert evidence["agreed"] == 0 and evidence["first_disagreement"] == f"eval batch 1: {why}"
