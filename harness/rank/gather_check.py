@@ -18,6 +18,11 @@ namedtuple (`EvalPair`), and the model's output object itself (a dataclass, as a
 model output is) through `gather`: each must come back as its own type, holding what the plain
 calls gave (a namedtuple rebuilt as a plain tuple, huggingface/accelerate#65, or a dataclass
 rebuilt as a dict, the workaround of pytorch/pytorch#41327, break the user's `out.logits`).
+Last, a generation loop's pattern: each process holds outputs of another length (here the first
+`ragged_width(rank)` columns of its flattened logits), `pad_across_processes(..., dim=1,
+pad_index=PAD_INDEX)` pads them to the longest, then `gather`: every process's block must be its
+own columns followed by padding (a pad on the wrong dimension or side, as huggingface/accelerate#4150
+fixed in its sibling, shows).
 """
 
 from __future__ import annotations
@@ -27,6 +32,13 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import torch
+
+PAD_INDEX = -100.0  # what Hugging Face's examples pad labels and generated tokens with
+
+
+def ragged_width(rank: int) -> int:
+    """How many columns of its flattened logits a process keeps for the padding check."""
+    return 1 + rank
 
 
 class EvalPair(NamedTuple):
@@ -44,16 +56,19 @@ class GatherCheck:
         self._first: str | None = None
 
     def add(self, gathered: Any, keys: set[str], local_rows: int, for_metrics: torch.Tensor,
-            pair: Any, labels: torch.Tensor, structures: tuple[Any, Any, Any] | None = None) -> None:
+            pair: Any, labels: torch.Tensor, structures: tuple[Any, Any, Any] | None = None,
+            padded: torch.Tensor | None = None) -> None:
         """`gathered`: accelerator.gather of one eval batch's {"logits": ..., "loss": ...} (the
         loss where the model returned one), whose `keys` those are; `local_rows`: this process's
         rows in it; `for_metrics`: gather_for_metrics(logits); `pair`: gather_for_metrics((logits,
         labels)); `labels`: gather_for_metrics(labels); `structures`: (the model's output object,
-        gather of it, gather_for_metrics(EvalPair(logits, labels)))."""
+        gather of it, gather_for_metrics(EvalPair(logits, labels))); `padded`: gather of
+        pad_across_processes of each process's `ragged_width(rank)` columns."""
         self._batches += 1
         problem = self._problem(gathered, keys, local_rows, for_metrics) or _pair_problem(
             pair, for_metrics, labels) or (_structure_problem(*structures, gathered, for_metrics, labels)
-                                           if structures is not None else None)
+                                           if structures is not None else None) or (
+            self._padded_problem(padded, gathered["logits"], local_rows) if padded is not None else None)
         if problem is None:
             self._agreed += 1
         elif self._first is None:
@@ -73,6 +88,20 @@ class GatherCheck:
         kept = for_metrics.shape[0]
         if not _same(logits[:kept].detach().cpu(), for_metrics):
             return f"its logits' first {kept} rows are not the ones gather_for_metrics returned"
+        return None
+
+    def _padded_problem(self, padded: torch.Tensor, logits: torch.Tensor, local_rows: int) -> str | None:
+        flat = logits.detach().cpu().reshape(logits.shape[0], -1)
+        widths = [min(ragged_width(rank), flat.shape[1]) for rank in range(self._processes)]
+        expected = flat.new_full((flat.shape[0], max(widths)), PAD_INDEX)
+        for rank, width in enumerate(widths):
+            rows = slice(rank * local_rows, (rank + 1) * local_rows)
+            expected[rows, :width] = flat[rows, :width]
+        call = "gather(pad_across_processes(outputs of another length per process, dim=1))"
+        if tuple(padded.shape) != tuple(expected.shape):
+            return f"{call} came back with shape {tuple(padded.shape)}, not {tuple(expected.shape)}"
+        if not _same(padded.detach().cpu(), expected):
+            return f"{call} holds other values than each process's columns followed by padding"
         return None
 
     def evidence(self) -> dict[str, Any]:

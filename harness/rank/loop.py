@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 from harness.implementations import adapter_for
 from harness.implementations.base import Adapter, CellSettings
 from harness.plan.cell import CORE
-from harness.rank.gather_check import EvalPair, GatherCheck
+from harness.rank.gather_check import PAD_INDEX, EvalPair, GatherCheck, ragged_width
 from harness.rank.phases import PhaseTimer
 from harness.rank.recorder import RankRecorder
 from harness.rank.resume_point import RunSpan
@@ -117,8 +117,12 @@ def _run(accelerator: Any, task: Task, precision: str, span: RunSpan,
             # the output object itself (a dataclass) and the pair as a namedtuple: rebuilt as given
             structures = (output, accelerator.gather(output),
                           accelerator.gather_for_metrics(EvalPair(output.logits, batch["labels"])))
+            # a generation loop's pattern: outputs of another length on each process, padded to one
+            flat = output.logits.reshape(output.logits.shape[0], -1)
+            ragged = flat[:, :ragged_width(accelerator.process_index)]
+            padded = accelerator.gather(accelerator.pad_across_processes(ragged, dim=1, pad_index=PAD_INDEX))
             gathers.add(accelerator.gather(given), set(given), output.logits.shape[0], logits[-1], pair,
-                        labels[-1], structures)
+                        labels[-1], structures, padded)
     evidence["gather"] = gathers.evidence()
     accelerator.wait_for_everyone()
     # every rank: a collective under ZeRO-3; then saved and read back, as the user loop keeps it

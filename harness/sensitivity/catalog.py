@@ -266,6 +266,20 @@ CORE_BUGS: tuple[Bug, ...] = (
                  "workaround discussed there and in huggingface/transformers#5941 turns them into dicts)",
     ),
     Bug(
+        name="pad_across_processes_ignores_pad_index",
+        area="sharding",
+        file="ops.py",
+        search="        out = tensor.new_full(shape, pad_index)",
+        replace="        out = tensor.new_zeros(shape)",
+        select="classifier-cpu2-ddp-fp32",
+        # regression and scalar predict one column: every process keeps it all, nothing is padded
+        affects="cpu2 and not (regression or scalar)",
+        imitates="outputs padded across processes with zeros instead of the pad index asked for, so padded "
+                 "positions read as class or token 0 and count in every metric where -100 would be "
+                 "ignored (huggingface/transformers#6213 and meta-llama/llama-cookbook#73: padding "
+                 "labelled 0 or -1 instead of the ignore index -100)",
+    ),
+    Bug(
         name="reduce_mean_is_sum",
         area="sharding",
         file="ops.py",

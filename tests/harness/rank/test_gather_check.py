@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from harness.rank.gather_check import EvalPair, GatherCheck
+from harness.rank.gather_check import PAD_INDEX, EvalPair, GatherCheck, ragged_width
 from harness.tasks.base import TaskOutput
 
 PROCESSES, LOCAL_ROWS = 2, 3
@@ -113,3 +113,33 @@ def test_the_output_object_and_a_namedtuple_gathered_right_agree() -> None:
 def test_each_structure_rebuilt_wrong_is_named(whole: Any, named: Any, why: str) -> None:
     evidence = _structures(whole, named)
     assert evidence["agreed"] == 0 and evidence["first_disagreement"] == f"eval batch 1: {why}"
+
+
+# pad_across_processes of rank 0's first column and rank 1's first two, then gathered, done right:
+# each rank's block its own columns, rank 0's second column padding.
+PADDED = torch.cat([torch.stack([LOGITS[:3, 0], torch.full((3,), PAD_INDEX)], dim=1), LOGITS[3:, :2]])
+
+
+def _padded(padded: torch.Tensor) -> dict[str, Any]:
+    check = GatherCheck(PROCESSES)
+    check.add(GOOD, KEYS, LOCAL_ROWS, KEPT, PAIR, LABELS, padded=padded)
+    return check.evidence()
+
+
+def test_outputs_of_another_length_per_process_padded_and_gathered_right_agree() -> None:
+    assert [ragged_width(rank) for rank in range(PROCESSES)] == [1, 2]
+    assert _padded(PADDED)["agreed"] == 1
+
+
+@pytest.mark.parametrize(("padded", "why"), [
+    (LOGITS[:, :1], "came back with shape (6, 1), not (6, 2)"),  # not padded at all
+    # padded in front (pad_first ignored the other way round)
+    (torch.cat([torch.stack([torch.full((3,), PAD_INDEX), LOGITS[:3, 0]], dim=1), LOGITS[3:, :2]]),
+     "holds other values than each process's columns followed by padding"),
+    (torch.cat([torch.stack([LOGITS[:3, 0], torch.zeros(3)], dim=1), LOGITS[3:, :2]]),  # pad_index ignored
+     "holds other values than each process's columns followed by padding"),
+])
+def test_each_wrong_padding_is_named(padded: torch.Tensor, why: str) -> None:
+    call = "gather(pad_across_processes(outputs of another length per process, dim=1))"
+    evidence = _padded(padded)
+    assert evidence["agreed"] == 0 and evidence["first_disagreement"] == f"eval batch 1: {call} {why}"
