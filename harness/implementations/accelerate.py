@@ -39,6 +39,7 @@ from harness.tasks.base import Task
 
 class AccelerateAdapter(Adapter):
     name = "accelerate"
+    gathers_dataclasses = False
 
     def build(self, task: Task, settings: CellSettings, observers: Sequence[Observer]) -> Any:
         from accelerate import Accelerator, DeepSpeedPlugin, FullyShardedDataParallelPlugin

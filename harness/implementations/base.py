@@ -43,6 +43,11 @@ class Adapter(ABC):
     """One implementation of the Accelerator API. An instance serves every cell of a process."""
 
     name: str
+    # Whether its gather rebuilds a plain dataclass (the core's does; Hugging Face Accelerate's
+    # walks mappings, lists and tuples only, so a dataclass output that is not also a mapping, as
+    # a transformers ModelOutput is, raises TypeError there): the loop gathers its output object
+    # whole only where this holds.
+    gathers_dataclasses: bool = True
 
     @abstractmethod
     def build(self, task: Task, settings: CellSettings, observers: Sequence[Observer]) -> Any:

@@ -124,10 +124,11 @@ def _pair_problem(pair: Any, logits: torch.Tensor, labels: torch.Tensor) -> str 
 
 def _structure_problem(output: Any, whole: Any, named: Any, gathered: Mapping[str, Any],
                        logits: torch.Tensor, labels: torch.Tensor) -> str | None:
-    """The output object and the namedtuple, each back as its own type with the plain calls' values."""
-    if type(whole) is not type(output):
+    """The output object (None: not gathered, harness.implementations.base.Adapter.gathers_dataclasses)
+    and the namedtuple, each back as its own type with the plain calls' values."""
+    if whole is not None and type(whole) is not type(output):
         return f"gather(output) returned a {type(whole).__name__} for a {type(output).__name__}"
-    for field in dataclasses.fields(output):
+    for field in dataclasses.fields(output) if whole is not None else ():
         got, plain = getattr(whole, field.name), gathered.get(field.name)
         same = got is plain is None or (isinstance(got, torch.Tensor) and isinstance(plain, torch.Tensor)
                                         and _same(got.detach().cpu(), plain.detach().cpu()))

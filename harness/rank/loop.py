@@ -115,7 +115,7 @@ def _run(accelerator: Any, task: Task, precision: str, span: RunSpan,
             # and the Hugging Face examples' gather of (predictions, references) as one tuple
             pair = accelerator.gather_for_metrics((output.logits, batch["labels"]))
             # the output object itself (a dataclass) and the pair as a namedtuple: rebuilt as given
-            structures = (output, accelerator.gather(output),
+            structures = (output, accelerator.gather(output) if adapter.gathers_dataclasses else None,
                           accelerator.gather_for_metrics(EvalPair(output.logits, batch["labels"])))
             # a generation loop's pattern: outputs of another length on each process, padded to one
             flat = output.logits.reshape(output.logits.shape[0], -1)
